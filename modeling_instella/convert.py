@@ -1,0 +1,104 @@
+"""Checkpoint keys between the authors' OLMo training format and the Hub format, one tensor at a time.
+
+Training format (OLMo codebase): `transformer.blocks.{i}.att_proj.weight` stacks q, k, v (in that order) and
+`ff_proj.weight` stacks **up, then gate**; the other keys map one to one (SPEC.md 1). Conversion is pure slicing and
+concatenation, so a round trip is bit-exact. Both directions are generators that ask for source tensors by name
+(`get_tensor`) only when an output needs them, so a converter over safetensors shards holds at most one layer's
+fused group in memory.
+"""
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+
+import torch
+
+# One-to-one renames: training key pattern -> Hub key pattern ({i} is the layer index).
+_RENAMES = {
+    "transformer.wte.weight": "model.embed_tokens.weight",
+    "transformer.ln_f.weight": "model.norm.weight",
+    "transformer.ff_out.weight": "lm_head.weight",
+    "transformer.blocks.{i}.attn_out.weight": "model.layers.{i}.self_attn.o_proj.weight",
+    "transformer.blocks.{i}.q_norm.weight": "model.layers.{i}.self_attn.q_norm.weight",
+    "transformer.blocks.{i}.k_norm.weight": "model.layers.{i}.self_attn.k_norm.weight",
+    "transformer.blocks.{i}.ff_out.weight": "model.layers.{i}.mlp.down_proj.weight",
+    "transformer.blocks.{i}.attn_norm.weight": "model.layers.{i}.pre_attention_layernorm.weight",
+    "transformer.blocks.{i}.ff_norm.weight": "model.layers.{i}.pre_feedforward_layernorm.weight",
+}
+# Fused training tensors -> the Hub tensors they stack, in stacking order.
+_FUSED = {
+    "transformer.blocks.{i}.att_proj.weight": [
+        "model.layers.{i}.self_attn.q_proj.weight",
+        "model.layers.{i}.self_attn.k_proj.weight",
+        "model.layers.{i}.self_attn.v_proj.weight",
+    ],
+    "transformer.blocks.{i}.ff_proj.weight": [
+        "model.layers.{i}.mlp.up_proj.weight",
+        "model.layers.{i}.mlp.gate_proj.weight",
+    ],
+}
+
+
+def _layer_of(key: str) -> int | None:
+    match = re.search(r"\.(?:blocks|layers)\.(\d+)\.", key)
+    return int(match.group(1)) if match else None
+
+
+def _pattern(key: str) -> str:
+    return re.sub(r"\.(blocks|layers)\.\d+\.", r".\1.{i}.", key)
+
+
+def split_sizes(config) -> dict[str, list[int]]:
+    """Row counts of each part of the fused tensors: q/k/v of `att_proj`, up/gate of `ff_proj`."""
+    head_dim = config.hidden_size // config.num_attention_heads
+    q_rows = config.num_attention_heads * head_dim
+    kv_rows = config.num_key_value_heads * head_dim
+    return {
+        "transformer.blocks.{i}.att_proj.weight": [q_rows, kv_rows, kv_rows],
+        "transformer.blocks.{i}.ff_proj.weight": [config.intermediate_size, config.intermediate_size],
+    }
+
+
+def training_to_hub(keys: Iterable[str], get_tensor: Callable[[str], torch.Tensor], config) -> Iterator:
+    """Yield `(hub_key, tensor)` for every tensor of a training-format checkpoint. Unknown keys are an error."""
+    sizes = split_sizes(config)
+    for key in keys:
+        pattern, layer = _pattern(key), _layer_of(key)
+        if pattern in _RENAMES:
+            yield _RENAMES[pattern].format(i=layer), get_tensor(key)
+        elif pattern in _FUSED:
+            tensor = get_tensor(key)
+            if tensor.shape[0] != sum(sizes[pattern]):
+                raise ValueError(
+                    f"{key} has {tensor.shape[0]} rows but the config expects {sum(sizes[pattern])} "
+                    f"({' + '.join(map(str, sizes[pattern]))}); pass the config the checkpoint was trained with."
+                )
+            for name, part in zip(_FUSED[pattern], torch.split(tensor, sizes[pattern], dim=0)):
+                yield name.format(i=layer), part.clone()
+        else:
+            raise ValueError(f"unexpected key in a training-format checkpoint: {key}")
+
+
+def hub_to_training(keys: Iterable[str], get_tensor: Callable[[str], torch.Tensor], config) -> Iterator:
+    """Yield `(training_key, tensor)` for every tensor of a Hub-format checkpoint; fused groups are concatenated."""
+    inverse = {hub: train for train, hub in _RENAMES.items()}
+    members = {hub: train for train, hubs in _FUSED.items() for hub in hubs}
+    emitted = set()
+    for key in keys:
+        pattern, layer = _pattern(key), _layer_of(key)
+        if pattern in inverse:
+            yield inverse[pattern].format(i=layer), get_tensor(key)
+        elif pattern in members:
+            fused = members[pattern]
+            if (fused, layer) in emitted:
+                continue
+            emitted.add((fused, layer))
+            parts = [get_tensor(name.format(i=layer)) for name in _FUSED[fused]]
+            yield fused.format(i=layer), torch.cat(parts, dim=0)
+        else:
+            raise ValueError(f"unexpected key in a Hub-format checkpoint: {key}")
+
+
+def convert_state_dict(state_dict: dict[str, torch.Tensor], config, to: str) -> dict[str, torch.Tensor]:
+    """Convert an in-memory state dict; `to` is "hub" or "training"."""
+    convert = {"hub": training_to_hub, "training": hub_to_training}[to]
+    return dict(convert(list(state_dict), state_dict.__getitem__, config))

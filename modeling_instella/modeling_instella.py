@@ -1,0 +1,202 @@
+# Copyright 2026 The Instella recipes authors. Licensed under the Apache License, Version 2.0.
+"""Instella: a Llama-style pre-norm decoder with OLMo-2's full-width QK-norm.
+
+This one file holds the config and the model, like the published Hub repos (amd/Instella-3B*), whose `auto_map`
+names `modeling_instella.InstellaConfig` and `modeling_instella.InstellaForCausalLM`. `save_pretrained` copies it
+next to the weights, so it must import nothing from this project: only `transformers` and `torch`.
+
+Everything that Instella shares with transformers' Llama and OLMo-2 is imported from there; each class below says
+in one line how it differs.
+"""
+
+from huggingface_hub.dataclasses import strict
+from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.generation import GenerationMixin
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_utils import PreTrainedModel
+from transformers.models.llama.modeling_llama import (
+    LlamaForCausalLM,
+    LlamaModel,
+    LlamaRMSNorm,
+    LlamaRotaryEmbedding,
+)
+from transformers.models.olmo2.configuration_olmo2 import Olmo2Config
+from transformers.models.olmo2.modeling_olmo2 import Olmo2Attention, Olmo2MLP
+from transformers.utils import is_flash_attn_2_available
+
+FLASH_ATTENTION_HINT = (
+    "attn_implementation='flash_attention_2' needs the flash-attn package, which is not installed. "
+    "Install the GPU extra (`pip install -e '.[gpu]'` in this repo, or `pip install flash-attn`), "
+    "or use attn_implementation='sdpa' (the default) or 'eager'."
+)
+
+
+@strict
+class InstellaConfig(Olmo2Config):
+    """OLMo-2's config with Instella-3B's published values as defaults and its token ids (bos = eos = 0, pad = 1).
+
+    The published `config.json` (with `rope_theta` and `rope_scaling: null`) loads unchanged; saving writes both the
+    transformers-5 `rope_parameters` and the legacy `rope_theta` / `rope_scaling` so transformers 4.x readers of the
+    published remote code still find them.
+    """
+
+    model_type = "instella"
+
+    vocab_size: int = 50304
+    hidden_size: int = 2560
+    intermediate_size: int = 6912
+    num_hidden_layers: int = 36
+    num_attention_heads: int = 32
+    num_key_value_heads: int | None = None
+    max_position_embeddings: int = 4096
+    pad_token_id: int | None = 1
+    bos_token_id: int | None = 0
+    eos_token_id: int | list[int] | None = 0
+
+    def validate_architecture(self):
+        """Part of `@strict` validation: attention shapes must split evenly (checked before any weight is made)."""
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"InstellaConfig: hidden_size ({self.hidden_size}) is not divisible by num_attention_heads "
+                f"({self.num_attention_heads}); choose num_attention_heads that divides hidden_size "
+                f"(head_dim = hidden_size / num_attention_heads)."
+            )
+        if self.num_attention_heads % self.num_key_value_heads != 0:
+            raise ValueError(
+                f"InstellaConfig: num_attention_heads ({self.num_attention_heads}) is not divisible by "
+                f"num_key_value_heads ({self.num_key_value_heads}); set num_key_value_heads to a divisor of "
+                f"num_attention_heads (equal to it for plain multi-head attention, as published)."
+            )
+
+    def to_dict(self):
+        output = super().to_dict()
+        rope = output.get("rope_parameters") or {}
+        if rope.get("rope_type", "default") == "default" and "rope_theta" in rope:
+            output["rope_theta"] = rope["rope_theta"]
+            output["rope_scaling"] = None
+        return output
+
+
+class InstellaRMSNorm(LlamaRMSNorm):
+    """Llama's RMSNorm (normalise in fp32, cast back, then scale); OLMo-2's scales before the cast."""
+
+
+class InstellaAttention(Olmo2Attention):
+    """OLMo-2 attention (full-width q/k RMSNorm before RoPE) with Llama's RMSNorm numerics for q_norm / k_norm."""
+
+    def __init__(self, config: InstellaConfig, layer_idx: int | None = None):
+        super().__init__(config, layer_idx)
+        self.q_norm = InstellaRMSNorm(config.num_attention_heads * self.head_dim, config.rms_norm_eps)
+        self.k_norm = InstellaRMSNorm(config.num_key_value_heads * self.head_dim, config.rms_norm_eps)
+
+
+class InstellaMLP(Olmo2MLP):
+    """OLMo-2's (= Llama's) SwiGLU MLP, `down(silu(gate(x)) * up(x))`, never with biases."""
+
+
+class InstellaDecoderLayer(GradientCheckpointingLayer):
+    """Llama's pre-norm block, with the norms named as in the published checkpoints (`pre_*_layernorm`)."""
+
+    def __init__(self, config: InstellaConfig, layer_idx: int):
+        super().__init__()
+        self.hidden_size = config.hidden_size
+        self.self_attn = InstellaAttention(config=config, layer_idx=layer_idx)
+        self.mlp = InstellaMLP(config)
+        self.pre_attention_layernorm = InstellaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.pre_feedforward_layernorm = InstellaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, hidden_states, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False,
+                position_embeddings=None, **kwargs):  # fmt: skip
+        attn_out, _ = self.self_attn(
+            hidden_states=self.pre_attention_layernorm(hidden_states),
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            position_embeddings=position_embeddings,
+            **kwargs,
+        )
+        hidden_states = hidden_states + attn_out
+        return hidden_states + self.mlp(self.pre_feedforward_layernorm(hidden_states))
+
+
+class InstellaPreTrainedModel(PreTrainedModel):
+    """Llama's pretrained-model settings for Instella modules, plus strict loading and a clear flash-attn error."""
+
+    config_class = InstellaConfig
+    config: InstellaConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["InstellaDecoderLayer"]
+    _skip_keys_device_placement = ["past_key_values"]
+    _supports_flash_attn = True
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _can_compile_fullgraph = True
+    _supports_attention_backend = True
+    _can_record_outputs = {"hidden_states": InstellaDecoderLayer, "attentions": InstellaAttention}
+
+    def _check_and_adjust_attn_implementation(self, attn_implementation, is_init_check=False, **kwargs):
+        if attn_implementation == "flash_attention_2" and not is_flash_attn_2_available():
+            raise ImportError(FLASH_ATTENTION_HINT)
+        return super()._check_and_adjust_attn_implementation(attn_implementation, is_init_check, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """`PreTrainedModel.from_pretrained`, but a checkpoint whose keys or shapes do not match is an error.
+
+        transformers only warns and initialises the missing tensors at random, which silently yields a broken
+        model; for a reproduction that must be exact to the published weights we refuse instead.
+        """
+        wants_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        problems = {k: sorted(info.get(k) or []) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+        problems = {k: v for k, v in problems.items() if v}
+        if problems and not kwargs.get("ignore_mismatched_sizes"):
+            details = "; ".join(f"{k}: {v[:5]}{' ...' if len(v) > 5 else ''} ({len(v)})" for k, v in problems.items())
+            raise ValueError(
+                f"{cls.__name__}.from_pretrained({args[0] if args else ''!s}): the checkpoint does not match the "
+                f"config ({details}). Hub-format keys are expected (model.layers.N.self_attn.q_proj.weight, ...); "
+                f"convert an OLMo training checkpoint (transformer.blocks.N.att_proj.weight, ...) with "
+                f"`python recipes/convert_checkpoint.py to-hub`, and check that config.json matches the weights."
+            )
+        return (model, info) if wants_info else model
+
+
+class InstellaModel(InstellaPreTrainedModel, LlamaModel):
+    """Llama's decoder stack and forward (masks, cache, RoPE) over Instella decoder layers."""
+
+    def __init__(self, config: InstellaConfig):
+        InstellaPreTrainedModel.__init__(self, config)
+        self.padding_idx = config.pad_token_id
+        self.vocab_size = config.vocab_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, self.padding_idx)
+        self.layers = nn.ModuleList([InstellaDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.norm = InstellaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = LlamaRotaryEmbedding(config=config)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+
+class InstellaForCausalLM(InstellaPreTrainedModel, LlamaForCausalLM, GenerationMixin):
+    """Llama's causal-LM head and forward over `InstellaModel`; the lm_head is never tied (published: untied)."""
+
+    _tied_weights_keys = {}
+
+    def __init__(self, config: InstellaConfig):
+        InstellaPreTrainedModel.__init__(self, config)
+        self.model = InstellaModel(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+
+# Registration: `AutoConfig` / `AutoModelForCausalLM` resolve "instella" on import, and `save_pretrained` writes the
+# published `auto_map` and copies this file, so the saved folder loads elsewhere with trust_remote_code=True.
+AutoConfig.register("instella", InstellaConfig, exist_ok=True)
+AutoModelForCausalLM.register(InstellaConfig, InstellaForCausalLM, exist_ok=True)
+InstellaConfig.register_for_auto_class()
+InstellaForCausalLM.register_for_auto_class("AutoModelForCausalLM")
+
+__all__ = ["InstellaConfig", "InstellaForCausalLM", "InstellaModel", "InstellaPreTrainedModel"]

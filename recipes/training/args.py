@@ -1,0 +1,102 @@
+"""Recipe YAML -> dataclass arguments, the TRL way (`TrlParser`), with unknown keys reported by file and line.
+
+One YAML is one run. `--config recipe.yaml` sets the defaults; any `--flag value` on the command line overrides
+them. TRL's parser already refuses unknown keys, but only as a list; we check first so the error names the file,
+the line and the closest known key, before any model or data work starts.
+"""
+
+import difflib
+import functools
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import fields
+from pathlib import Path
+
+import yaml
+from trl import TrlParser
+
+
+class RecipeError(ValueError):
+    """Bad user input (recipe, data, checkpoint). Entry points print it without a traceback and exit with 2."""
+
+
+def exit_on_recipe_error(main: Callable) -> Callable:
+    """Wrap an entry point's `main` so a `RecipeError` becomes `error: <message>` on stderr and exit code 2."""
+
+    @functools.wraps(main)
+    def wrapper(*args, **kwargs):
+        try:
+            return main(*args, **kwargs)
+        except RecipeError as err:
+            print(f"error: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+    return wrapper
+
+
+def _config_path(args: list[str]) -> Path | None:
+    if "--config" not in args:
+        return None
+    index = args.index("--config")
+    if index + 1 >= len(args):
+        raise RecipeError("--config needs a path to a recipe YAML file")
+    return Path(args[index + 1])
+
+
+def load_recipe_yaml(path: Path) -> tuple[dict, dict[str, int]]:
+    """Read a recipe file; return its mapping and the line number of every top-level key."""
+    if not path.is_file():
+        raise RecipeError(f"recipe file {path} does not exist (pass --config recipes/<model>/<stage>.yaml)")
+    text = path.read_text()
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise RecipeError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a recipe must be a YAML mapping of argument names to values")
+    lines = {key.value: key.start_mark.line + 1 for key, _ in node.value} if node is not None else {}
+    return data, lines
+
+
+def check_recipe_keys(path: Path, data: dict, lines: dict[str, int], known: Iterable[str]) -> None:
+    """Raise a `RecipeError` naming `file:line` for the first key no dataclass declares."""
+    known = set(known) | {"env"}
+    for key in data:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else "remove it or check the spelling"
+            raise RecipeError(f"{path}:{lines.get(key, '?')}: unknown key '{key}' ({hint})")
+
+
+def parse_recipe(dataclass_types: Iterable[type], args: list[str] | None = None) -> tuple:
+    """Parse `--config <yaml>` plus command-line overrides into one instance of each dataclass type."""
+    dataclass_types = list(dataclass_types)
+    args = list(sys.argv[1:] if args is None else args)
+    path = _config_path(args)
+    if path is not None:
+        data, lines = load_recipe_yaml(path)
+        check_recipe_keys(path, data, lines, (f.name for dc in dataclass_types for f in fields(dc)))
+    try:
+        return tuple(TrlParser(dataclass_types).parse_args_and_config(args))
+    except ValueError as err:  # the dataclasses' own __post_init__ checks
+        raise RecipeError(f"{path or 'command line'}: {err}") from None
+
+
+def check_global_batch(global_batch_size: int, per_device: int, grad_accum: int, world_size: int) -> None:
+    """The recipe states the published global batch; the launch must reproduce it exactly."""
+    actual = per_device * grad_accum * world_size
+    if actual != global_batch_size:
+        per_step = per_device * world_size
+        fit = global_batch_size // per_step if global_batch_size % per_step == 0 else None
+        hint = (
+            f"set gradient_accumulation_steps={fit}"
+            if fit
+            else f"choose per_device_train_batch_size and gradient_accumulation_steps whose product with the world "
+            f"size ({world_size}) is {global_batch_size}"
+        )
+        raise RecipeError(
+            f"global batch mismatch: per_device_train_batch_size ({per_device}) x gradient_accumulation_steps "
+            f"({grad_accum}) x world size ({world_size}) = {actual}, but the recipe's global_batch_size is "
+            f"{global_batch_size}; {hint} (or override --global_batch_size to run a different batch on purpose)."
+        )
