@@ -1,0 +1,68 @@
+"""Shared fixtures: the tiny world, a tiny tokenizer and tiny Instella models (hidden 64, 2 layers), and the
+published fixtures in ../shared (skipped with a reason where that folder is absent)."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
+from modeling_instella import InstellaConfig, InstellaForCausalLM
+from recipes.data.tiny_world import TinyWorld, write_tiny_world
+from recipes.data.tokenizer import load_tokenizer, train_bpe_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("INSTELLA_SHARED", ROOT.parent / "shared"))
+FIXTURE = SHARED / "fixtures" / "instella_reference_dev.safetensors"
+OLMO_TOKENIZER = SHARED / "fixtures" / "tokenizers" / "olmo-gpt-neox-20b-pii-special.json"
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+torch.set_num_threads(2)
+
+
+def tiny_config(**overrides) -> InstellaConfig:
+    """A 2-layer, hidden-64 Instella config (what every CPU test trains)."""
+    values = dict(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=256,
+    )  # fmt: skip
+    values.update(overrides)
+    return InstellaConfig(**values)
+
+
+@pytest.fixture(scope="session")
+def reference_fixture():
+    if not FIXTURE.exists():
+        pytest.skip(f"parity fixture not found at {FIXTURE} (../shared/fixtures is not checked out beside the repo)")
+    return FIXTURE
+
+
+@pytest.fixture(scope="session")
+def olmo_tokenizer():
+    if not OLMO_TOKENIZER.exists():
+        pytest.skip(f"OLMo tokenizer not found at {OLMO_TOKENIZER} (../shared/fixtures is not beside the repo)")
+    return load_tokenizer(OLMO_TOKENIZER)
+
+
+@pytest.fixture(scope="session")
+def tiny_world_files(tmp_path_factory):
+    return write_tiny_world(tmp_path_factory.mktemp("tiny_world"), TinyWorld())
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    """A 512-id byte-level BPE trained on the tiny world, with the OLMo special-token layout."""
+    texts = [row["text"] for row in TinyWorld().corpus()]
+    return train_bpe_tokenizer(texts, vocab_size=512)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tiny_tokenizer):
+    """A saved tiny Instella (seeded random weights) plus its tokenizer: a stand-in for a Hub checkpoint."""
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tiny_instella")
+    InstellaForCausalLM(tiny_config(vocab_size=len(tiny_tokenizer))).save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    return folder
