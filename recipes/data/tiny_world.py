@@ -110,12 +110,11 @@ class TinyWorld:
         for p in self.problems("train"):
             wrong = p["answer"] + rng.choice([-2, -1, 1, 2, 3])
             a_b = p["solution"].split(" = ")[0]
+            right = f"{a_b} = {p['answer']}. The answer is {p['answer']}."
             rows.append(
                 {
                     "prompt": [{"role": "user", "content": p["question"]}],
-                    "chosen": [
-                        {"role": "assistant", "content": f"{a_b} = {p['answer']}. The answer is {p['answer']}."}
-                    ],
+                    "chosen": [{"role": "assistant", "content": right}],
                     "rejected": [{"role": "assistant", "content": f"{a_b} = {wrong}. The answer is {wrong}."}],
                 }
             )
