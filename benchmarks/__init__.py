@@ -1,0 +1,1 @@
+"""Side-by-side performance scripts; each writes benchmarks/results/<name>.md and refreshes RESULTS.md."""
