@@ -178,6 +178,23 @@ class InstellaModel(InstellaPreTrainedModel, LlamaModel):
         self.gradient_checkpointing = False
         self.post_init()
 
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
+                inputs_embeds=None, use_cache=None, **kwargs):  # fmt: skip
+        # A training forward never needs a KV cache, and an (empty) cache makes transformers skip its packed-sequence
+        # detection: padding-free batches (position_ids restarting per document, no attention_mask) would then
+        # attend across documents. Llama defaults to config.use_cache=True even in training; we do not.
+        if use_cache is None and self.training:
+            use_cache = False
+        return super().forward(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+
 
 class InstellaForCausalLM(InstellaPreTrainedModel, LlamaForCausalLM, GenerationMixin):
     """Llama's causal-LM head and forward over `InstellaModel`; the lm_head is never tied (published: untied)."""

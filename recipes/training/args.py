@@ -13,7 +13,6 @@ from dataclasses import fields
 from pathlib import Path
 
 import yaml
-from trl import TrlParser
 
 
 class RecipeError(ValueError):
@@ -77,6 +76,8 @@ def parse_recipe(dataclass_types: Iterable[type], args: list[str] | None = None)
     if path is not None:
         data, lines = load_recipe_yaml(path)
         check_recipe_keys(path, data, lines, (f.name for dc in dataclass_types for f in fields(dc)))
+    from trl import TrlParser  # imported here: TRL is slow to import and tools that only raise errors skip it
+
     try:
         return tuple(TrlParser(dataclass_types).parse_args_and_config(args))
     except ValueError as err:  # the dataclasses' own __post_init__ checks
