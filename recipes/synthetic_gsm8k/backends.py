@@ -130,10 +130,14 @@ class TransformersBackend:
             out += replies
         return out
 
+    def _prompt(self, messages: list[dict]) -> str:
+        if self.tokenizer.chat_template:
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        # A base model without a chat template: plain role-tagged turns.
+        return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+
     def _generate(self, reqs: list[Request], n: int, temperature: float, max_tokens: int) -> list[list[str]]:
-        prompts = [
-            self.tokenizer.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True) for r in reqs
-        ]
+        prompts = [self._prompt(r.messages) for r in reqs]
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(
             self.model.device
         )
