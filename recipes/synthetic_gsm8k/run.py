@@ -111,6 +111,8 @@ def read_seeds(source: str, split: str = "train", max_rows: int | None = None, n
         rows = pq.read_table(path).to_pylist()
     elif path.exists():
         raise RecipeError(f"seeds file {path}: expected .jsonl, .json or .parquet")
+    elif path.suffix in (".jsonl", ".json", ".parquet") or source.startswith((".", "/")):
+        raise RecipeError(f"seeds file {path} does not exist (give a GSM8K-format jsonl/parquet file or a Hub id)")
     else:
         try:
             import datasets
