@@ -59,7 +59,7 @@ class SyntheticArgs:
     chunk_size: int = field(default=64, metadata={"help": "seed problems advanced together (one batch per step)"})
     seed: int = 1234
     sandbox: str = field(default="bwrap", metadata={"help": "bwrap (isolated) or rlimits-only (WEAKER, opt-in)"})
-    sandbox_workers: int = 2
+    sandbox_workers: int = 4
     program_timeout: float = field(default=30.0, metadata={"help": "wall and CPU seconds per program (published)"})
     program_memory_mb: int = 1024
 

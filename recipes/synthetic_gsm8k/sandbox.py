@@ -49,7 +49,7 @@ class SandboxConfig:
     """Limits for each program, and how many warm workers to keep."""
 
     mode: str = "bwrap"
-    workers: int = 2
+    workers: int = 4  # warm sandboxes; 2 per core keeps the cores busy while others wait on pipes
     wall_seconds: float = 30.0  # the published limit
     cpu_seconds: float = 30.0
     memory_mb: int = 1024

@@ -17,8 +17,10 @@ The worker reads the child's stdout+stderr up to a byte cap and kills the proces
 output overflow, and always at the end.
 """
 
+import fractions  # imported here, once, so each forked child has it (and `numbers`) without reading files
 import json
 import math
+import numbers
 import os
 import resource
 import select
@@ -97,9 +99,6 @@ def _number(value):
     if isinstance(value, int):
         return value
     try:
-        import fractions
-        import numbers
-
         if isinstance(value, fractions.Fraction) and value.denominator == 1:
             return int(value)
         if isinstance(value, numbers.Real):
@@ -256,7 +255,8 @@ def run_one(request: dict, limits: dict, uid: int | None, tmp_root: str) -> dict
             break
     _kill_group(pid)
     _, status = os.waitpid(pid, 0)
-    if uid is not None:
+    if uid is not None and int(limits["max_processes"]) > 1:
+        # With one task allowed the program cannot have made another process, so nothing can have left the group.
         _reap_uid(uid)
     os.close(out_r)
     os.close(result_r)
