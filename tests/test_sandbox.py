@@ -2,6 +2,7 @@
 unchanged, checked here) and reported under the right reason. Each attempt runs twice: with the audit hook that names
 the violation, and without it, to prove the kernel's isolation holds on its own."""
 
+import json
 import os
 import shutil
 import socket
@@ -202,3 +203,49 @@ def test_unbounded_loop_detection():
     assert unbounded_loop("def answer():\n    while 1:\n        break\n")
     assert not unbounded_loop("def answer(n):\n    while n > 0:\n        n -= 1\n    return n\n")
     assert not unbounded_loop("def answer(:")
+
+
+NOBODY_SCRIPT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from recipes.synthetic_gsm8k.sandbox import SandboxConfig, SandboxPool
+programs = [
+    "def answer(a):\\n    return a * 2\\n",
+    "import os\\ndef answer(a):\\n    while 1:\\n        os.fork()\\n",
+    "def answer(a):\\n    open(%r, 'w').write('x')\\n    return 1\\n" % (sys.argv[1] + '/PWNED',),
+]
+with SandboxPool(SandboxConfig(wall_seconds=5, workers=1, audit_hook=False)) as pool:
+    print(json.dumps([[r.ok, r.value, r.reason] for p in programs for r in pool.run(p, [{"a": 2}]).results]))
+"""
+
+
+@needs_bwrap
+def test_unprivileged_user_gets_the_same_isolation():
+    """Most users are not root: bubblewrap then works through a user namespace and programs keep the caller's uid;
+    the kernel alone (no audit hook) must still stop forks and writes."""
+    import subprocess
+
+    system_python = shutil.which("python3", path="/usr/bin:/bin")
+    if os.geteuid() != 0 or not shutil.which("setpriv") or not system_python:
+        pytest.skip("needs root (to become nobody), setpriv and a system python3")
+    probe = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "test", "-r", str(ROOT / "recipes")],
+        capture_output=True,
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"the checkout {ROOT} is not readable by the unprivileged user nobody")
+    before = tree_state(ROOT)
+    out = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", system_python, "-c", NOBODY_SCRIPT, str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1]) == [
+        [True, 4, None],
+        [False, None, "sandbox_denied"],
+        [False, None, "sandbox_denied"],
+    ]
+    assert tree_state(ROOT) == before

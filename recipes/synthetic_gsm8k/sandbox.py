@@ -233,8 +233,6 @@ class SandboxPool:
         limits["read_roots"] = self.read_roots
         limits["uid"] = self.config.uid_base + index if self.as_root else None
         limits["tmp_root"] = "/tmp/jobs" if self.config.mode == "bwrap" else None
-        # Unprivileged bubblewrap: the user namespace also counts bubblewrap's init and the worker.
-        limits["nproc_baseline"] = 0 if self.as_root else 3
         return limits
 
     def _start(self, index: int) -> _Worker:

@@ -273,7 +273,7 @@ def _reply(request: dict, results: bytes, output: bytes, status: int, killed_for
             pass
     reply = {"id": request.get("id"), "reason": None, "detail": "", "output": output[:200].decode("utf-8", "replace")}
     fatal = next((r for r in records if "fatal_reason" in r or "fatal" in r), None)
-    calls = [r for r in records if "ok" in r]
+    calls = [r for r in records if "ok" in r][: len(request["calls"])]  # a forked copy could write more
     if killed_for:
         reply["reason"], reply["detail"] = killed_for, f"killed by the worker ({killed_for})"
     elif fatal is not None:
@@ -290,10 +290,26 @@ def _reply(request: dict, results: bytes, output: bytes, status: int, killed_for
     return reply
 
 
+def _tasks_of_uid(uid: int) -> int:
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    count += len(os.listdir(f"/proc/{entry}/task"))
+            except OSError:
+                pass
+    return count
+
+
 def main() -> None:
     limits = json.loads(sys.argv[1])
     uid = limits.get("uid")
     uid = int(uid) if uid is not None and os.geteuid() == 0 else None
+    if uid is None:
+        # Programs keep our uid (unprivileged bubblewrap or weaker mode): RLIMIT_NPROC counts every task of the uid
+        # that we can see (in bubblewrap: its init and this worker), so allow max_processes on top of those.
+        limits["nproc_baseline"] = _tasks_of_uid(os.getuid())
     tmp_root = limits.get("tmp_root") or tempfile.gettempdir()
     os.makedirs(tmp_root, exist_ok=True)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
