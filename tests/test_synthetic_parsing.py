@@ -82,3 +82,18 @@ def test_http_backend_reports_unreachable_server_as_empty_reply():
     backend = OpenAIBackend("http://127.0.0.1:9/v1", "m", max_retries=0, timeout=2)
     assert backend.url == "http://127.0.0.1:9/v1/chat/completions"
     assert backend.generate([Request([{"role": "user", "content": "hi"}])]) == [[]]
+
+
+def test_shipped_recipes_parse():
+    from pathlib import Path
+
+    from recipes.synthetic_gsm8k.run import SyntheticArgs
+    from recipes.training.args import parse_recipe
+
+    recipes = sorted((Path(__file__).resolve().parents[1] / "recipes" / "synthetic_gsm8k").glob("*.yaml"))
+    assert len(recipes) >= 3
+    for recipe in recipes:
+        (args,) = parse_recipe([SyntheticArgs], ["--config", str(recipe)])
+        assert args.seeds and args.model and args.sandbox == "bwrap"
+        first = recipe.read_text().splitlines()[0]
+        assert first.startswith("# ") and "batch" in recipe.read_text().split("\n\n")[0].lower()
