@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed (apt-get install -y bubblewrap)"
 )
-LIMITS = dict(wall_seconds=2.0, cpu_seconds=10, memory_mb=512, workers=2)
+LIMITS = dict(wall_seconds=3.0, cpu_seconds=10, memory_mb=512, workers=2)
 
 
 def tree_state(root: Path) -> dict:

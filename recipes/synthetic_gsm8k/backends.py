@@ -66,7 +66,7 @@ class OpenAIBackend:
 
     def _one(self, req: Request) -> list[str]:
         replies: list[str] = []
-        for _attempt in range(3):  # top up when the server returns fewer choices than asked
+        for _attempt in range(max(1, req.n)):  # top up when the server returns fewer choices than asked (no `n`)
             body = {"model": self.model, "messages": req.messages, "n": req.n - len(replies)}
             body.update(temperature=req.temperature, max_tokens=req.max_tokens)
             if req.seed is not None:

@@ -7,6 +7,7 @@ Output folder:
 - `summary.json`, then `manifest.json` last.
 """
 
+import hashlib
 import json
 import os
 import random
@@ -155,6 +156,23 @@ def _check_run_config(output_dir: Path, config: dict) -> None:
         os.replace(tmp, path)
 
 
+def _schema():
+    """The published `messages` column plus provenance; explicit so that an empty split has the same columns."""
+    import pyarrow as pa
+
+    message = pa.struct([("role", pa.string()), ("content", pa.string())])
+    return pa.schema(
+        [
+            ("messages", pa.list_(message)),
+            ("seed_id", pa.string()),
+            ("variant", pa.int64()),
+            ("parameters", pa.string()),
+            ("answer", pa.string()),
+            ("program_sha256", pa.string()),
+        ]
+    )
+
+
 def _write_rows(rows: list[dict], path: Path, fmt: str) -> None:
     """Write aside, then rename: a file with the final name is always complete."""
     tmp = path.with_name(path.name + ".partial")
@@ -166,7 +184,7 @@ def _write_rows(rows: list[dict], path: Path, fmt: str) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        pq.write_table(pa.Table.from_pylist(rows), tmp)
+        pq.write_table(pa.Table.from_pylist(rows, schema=_schema()), tmp)
     os.replace(tmp, path)
 
 
@@ -195,6 +213,8 @@ def run(args: SyntheticArgs, backend: Backend | None = None, pool: SandboxPool |
     seed_rejections: Counter = Counter()
     states = _seed_states(rows, seed_rejections)
     config = {k: v for k, v in asdict(args).items() if k not in _NOT_RESULT_DECIDING}
+    if Path(args.seeds).is_file():  # the same path with other content is another run
+        config["seeds_sha256"] = hashlib.sha256(Path(args.seeds).read_bytes()).hexdigest()
     _check_run_config(output_dir, config)
     journal = Journal(output_dir / "journal")
     for state in states:

@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -150,8 +151,10 @@ class _Worker:
 
     def __init__(self, command: list[str], timeout: float):
         self.command = command
+        # stderr goes to a file, not a pipe nobody drains (a full pipe would block the worker).
+        self.errors = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors, close_fds=True
         )
         ready = self._read_line(timeout)
         if ready is None or not ready.get("ready"):
@@ -162,7 +165,9 @@ class _Worker:
     def _stderr(self) -> str:
         try:
             self.proc.kill()
-            return self.proc.communicate(timeout=5)[1].decode(errors="replace").strip()[-500:]
+            self.proc.wait(timeout=5)
+            self.errors.seek(0)
+            return self.errors.read().decode(errors="replace").strip()[-500:]
         except Exception:
             return ""
 
@@ -187,7 +192,7 @@ class _Worker:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+        for stream in (self.proc.stdin, self.proc.stdout, self.errors):
             try:
                 stream.close()
             except OSError:
