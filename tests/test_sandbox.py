@@ -169,6 +169,20 @@ def test_cpu_limit_and_results():
         assert missing.reason == "no_answer_function"
         exits = pool.run("import os\ndef answer():\n    os._exit(0)\n", [{}])
         assert exits.results[0].reason == "crashed"
+        values = pool.run(
+            "import fractions\ndef answer(k):\n"
+            "    return [10**400, 10**20, fractions.Fraction(6, 2), float('nan'), None][k]\n",
+            [{"k": k} for k in range(5)],
+        )
+        assert [(r.value, r.reason) for r in values.results] == [
+            (None, "non_numeric"),
+            (1e20, None),
+            (3, None),
+            (None, "non_numeric"),
+            (None, "non_numeric"),
+        ]
+        native = pool.run("import ctypes\ndef answer():\n    return ctypes.CDLL(None).getpid()\n", [{}])
+        assert native.reason == "forbidden_native" or native.results[0].reason == "forbidden_native"
 
 
 def test_fail_closed_without_bubblewrap(tmp_path, monkeypatch):

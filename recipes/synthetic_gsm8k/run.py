@@ -199,10 +199,11 @@ def dedup(rows: list[dict]) -> tuple[list[dict], int]:
     return out, len(rows) - len(out)
 
 
-# Settings a resumed run may change: they decide speed and file layout, not which samples are made.
+# Settings a resumed run may change: speed, file layout, and how many seed rows to use (growing a run keeps the
+# finished seeds), not what a given seed problem yields.
 _NOT_RESULT_DECIDING = (
     "output_dir", "max_concurrency", "batch_size", "request_timeout", "max_retries", "sandbox_workers",
-    "extra_splits", "output_format", "split",
+    "extra_splits", "output_format", "split", "max_seeds",
 )  # fmt: skip
 
 

@@ -93,13 +93,14 @@ def _install_audit_hook(workdir: str, read_roots: tuple[str, ...], violations: l
 
 
 def _number(value):
-    """The program's return value as a JSON number, or None when it is not a finite real number."""
+    """The program's return value as a JSON number, or None when it is not a finite real number. Huge ints are
+    compared as floats (and are no answer beyond the float range); a Fraction with denominator 1 is an int."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
     try:
-        if isinstance(value, fractions.Fraction) and value.denominator == 1:
+        if isinstance(value, int) and abs(value) <= 2**53:
+            return int(value)
+        if isinstance(value, fractions.Fraction) and value.denominator == 1 and abs(value) <= 2**53:
             return int(value)
         if isinstance(value, numbers.Real):
             value = float(value)
