@@ -14,6 +14,26 @@ from recipes.synthetic_gsm8k.backends import Request
 from recipes.synthetic_gsm8k.parsing import format_number, substitute
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def bwrap_problem() -> str | None:
+    """Why bubblewrap cannot sandbox on this machine (missing, or namespaces not allowed), or None when it can.
+    Probed with bwrap alone, so a bug in our sandbox code still fails the tests instead of skipping them."""
+    import shutil
+    import subprocess
+
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap is not installed (apt-get install -y bubblewrap)"
+    probe = subprocess.run(
+        [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"], capture_output=True, text=True
+    )
+    if probe.returncode != 0:
+        return f"bubblewrap cannot create namespaces here: {probe.stderr.strip()[:200]}"
+    return None
+
+
+BWRAP_PROBLEM = bwrap_problem()
 SEEDS = ROOT / "recipes" / "synthetic_gsm8k" / "seeds_sample.jsonl"
 
 # For each shipped seed: the masked question, the original values, a correct program and five new value sets.

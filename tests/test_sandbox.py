@@ -18,11 +18,10 @@ from recipes.synthetic_gsm8k.sandbox import (
     check_sandbox,
     unbounded_loop,
 )
+from tests.synthetic_fakes import BWRAP_PROBLEM
 
 ROOT = Path(__file__).resolve().parents[1]
-needs_bwrap = pytest.mark.skipif(
-    shutil.which("bwrap") is None, reason="bubblewrap is not installed (apt-get install -y bubblewrap)"
-)
+needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=str(BWRAP_PROBLEM))
 LIMITS = dict(wall_seconds=3.0, cpu_seconds=10, memory_mb=512, workers=2)
 
 

@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 import runpy
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,9 +18,9 @@ from recipes.synthetic_gsm8k import sandbox as sandbox_module
 from recipes.synthetic_gsm8k.parsing import extract_code
 from recipes.synthetic_gsm8k.run import SyntheticArgs, run
 from recipes.training.args import RecipeError
-from tests.synthetic_fakes import ROOT, SEEDS, TABLE, OracleServer, ScriptedBackend, compute
+from tests.synthetic_fakes import BWRAP_PROBLEM, ROOT, SEEDS, TABLE, OracleServer, ScriptedBackend, compute
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=str(BWRAP_PROBLEM))
 
 MALFORMED = [
     '{"question": "How many apples are left?", "answer": "There are some apples left."}',  # no ####
@@ -42,6 +41,7 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@needs_bwrap
 def test_scripted_backend_acceptance_is_exact(tmp_path, seeds_file):
     args = SyntheticArgs(
         seeds=str(seeds_file), output_dir=str(tmp_path / "out"), output_format="jsonl",
@@ -106,6 +106,7 @@ def entry_main():
     return runpy.run_path(str(ROOT / "recipes" / "synthetic_gsm8k.py"), run_name="entry")["main"]
 
 
+@needs_bwrap
 def test_openai_compatible_server_end_to_end_through_the_entry_point(tmp_path, capsys):
     with OracleServer() as server:
         argv = ["--config", str(ROOT / "recipes" / "synthetic_gsm8k" / "tiny.yaml"), "--base_url", server.url]
@@ -147,6 +148,7 @@ def _journal_lines(folder: Path) -> int:
     return sum(len(p.read_bytes().splitlines()) for p in folder.glob("*.jsonl")) if folder.is_dir() else 0
 
 
+@needs_bwrap
 def test_resume_after_sigkill_gives_the_same_dataset(tmp_path):
     with OracleServer(delay=0.01) as server:
         common = dict(seeds=str(SEEDS), base_url=server.url, model="oracle", max_concurrency=2, chunk_size=2, **SMALL)
@@ -184,6 +186,7 @@ def test_resume_after_sigkill_gives_the_same_dataset(tmp_path):
     assert killed_at > 0 and resumed_requests < requests_before
 
 
+@needs_bwrap
 def test_settings_change_refused_on_resume(tmp_path):
     out = tmp_path / "out"
     args = SyntheticArgs(seeds=str(SEEDS), output_dir=str(out), max_seeds=1, **SMALL)

@@ -1,14 +1,12 @@
 """The local-model backend: batched `generate` with a tiny saved Instella (random weights, no chat template), wired
 into the pipeline through the recipe's `backend: transformers`."""
 
-import shutil
-
 import pytest
 import torch
 
 from recipes.synthetic_gsm8k.backends import Request, TransformersBackend
 from recipes.synthetic_gsm8k.run import SyntheticArgs, run
-from tests.synthetic_fakes import SEEDS
+from tests.synthetic_fakes import BWRAP_PROBLEM, SEEDS
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +32,7 @@ def test_batched_generation_shapes(tiny_model_dir):
     assert backend.generate(requests) == replies  # seeded sampling: a redone step asks for the very same thing
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+@pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=str(BWRAP_PROBLEM))
 def test_pipeline_with_a_local_model_counts_unusable_replies(tiny_model_dir, tmp_path):
     args = SyntheticArgs(
         seeds=str(SEEDS), max_seeds=2, output_dir=str(tmp_path / "out"), backend="transformers",
