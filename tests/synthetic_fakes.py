@@ -221,7 +221,9 @@ class ScriptedBackend:
 class _Handler(BaseHTTPRequestHandler):
     oracle: Oracle
     delay: float = 0.0
+    max_n: int = 1 << 30
     log: list
+    failures: list
 
     def do_POST(self):  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -230,7 +232,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         time.sleep(self.delay)
         self.log.append(body)
-        texts = self.oracle.reply(body["messages"], body.get("n", 1), body.get("seed"))
+        if self.failures:  # a flaky server: the first requests get 503
+            self.failures.pop()
+            self.send_error(503)
+            return
+        texts = self.oracle.reply(body["messages"], min(body.get("n", 1), self.max_n), body.get("seed"))
         payload = json.dumps(
             {
                 "object": "chat.completion",
@@ -254,8 +260,10 @@ class _Handler(BaseHTTPRequestHandler):
 class OracleServer:
     """A minimal OpenAI-compatible chat-completions server on 127.0.0.1 (ephemeral port), in a thread."""
 
-    def __init__(self, delay: float = 0.0):
-        handler = type("Handler", (_Handler,), {"oracle": Oracle(), "delay": delay, "log": []})
+    def __init__(self, delay: float = 0.0, max_n: int = 1 << 30, fail_first: int = 0):
+        """`max_n`: most choices per response (servers without `n` give 1); `fail_first`: 503 on that many."""
+        attrs = {"oracle": Oracle(), "delay": delay, "log": [], "max_n": max_n, "failures": [503] * fail_first}
+        handler = type("Handler", (_Handler,), attrs)
         self.log = handler.log
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"

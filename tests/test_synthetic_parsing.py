@@ -97,3 +97,35 @@ def test_shipped_recipes_parse():
         assert args.seeds and args.model and args.sandbox == "bwrap"
         first = recipe.read_text().splitlines()[0]
         assert first.startswith("# ") and "batch" in recipe.read_text().split("\n\n")[0].lower()
+
+
+def test_http_backend_retries_and_tops_up_missing_choices():
+    from tests.synthetic_fakes import TABLE, OracleServer
+
+    question = TABLE[0]["masked"].format(**TABLE[0]["params"])
+    cot = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+    cot.append({"role": "user", "content": f"Question: {question}\nLet's think step by step."})
+    with OracleServer(max_n=1, fail_first=1) as server:
+        backend = OpenAIBackend(server.url, "m", max_retries=2, max_concurrency=1)
+        (replies,) = backend.generate([Request(cot, n=3, seed=7)])
+    assert len(replies) == 3 and all(r.endswith("The answer is 39.") for r in replies)
+    # one 503 retried, then one request per missing choice, each with its own seed
+    assert [body["n"] for body in server.log] == [3, 3, 2, 1]
+    assert [body["seed"] for body in server.log[1:]] == [7, 8, 9]
+
+
+def test_parquet_and_missing_seed_files(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from recipes.synthetic_gsm8k.run import read_seeds
+    from recipes.training.args import RecipeError
+
+    rows = [{"question": "Q1?", "answer": "#### 1"}, {"question": "Q2?", "answer": "#### 2"}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "seeds.parquet")
+    assert read_seeds(str(tmp_path / "seeds.parquet"), max_rows=1) == rows[:1]
+    with pytest.raises(RecipeError, match="does not exist"):
+        read_seeds(str(tmp_path / "nope.parquet"))
+    (tmp_path / "seeds.csv").write_text("question,answer\n")
+    with pytest.raises(RecipeError, match="expected .jsonl, .json or .parquet"):
+        read_seeds(str(tmp_path / "seeds.csv"))
