@@ -311,6 +311,9 @@ def main() -> None:
         # Programs keep our uid (unprivileged bubblewrap or weaker mode): RLIMIT_NPROC counts every task of the uid
         # that we can see (in bubblewrap: its init and this worker), so allow max_processes on top of those.
         limits["nproc_baseline"] = _tasks_of_uid(os.getuid())
+    # Programs may read what `import` reads: this interpreter's own module path (isolated mode: the stdlib only).
+    roots = list(limits.get("read_roots", [])) + [p for p in sys.path if p and os.path.isabs(p)]
+    limits["read_roots"] = sorted(set(roots) | {os.path.realpath(r) for r in roots})
     tmp_root = limits.get("tmp_root") or tempfile.gettempdir()
     os.makedirs(tmp_root, exist_ok=True)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
