@@ -95,10 +95,17 @@ def test_scripted_backend_acceptance_is_exact(tmp_path, seeds_file):
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["stage"] == "synthetic_gsm8k" and manifest["summary"] == summary
 
-    # Re-running a finished run asks the backend nothing and writes the same dataset.
-    again = ScriptedBackend()
-    assert run(args, backend=again) == summary and again.requests == 0
-    assert read_jsonl(tmp_path / "out" / "train.jsonl") == rows
+    # Re-running a finished run asks the backend nothing and writes the same dataset; so does a run killed after
+    # each seed's last step was recorded but before its "done" record (the last line of every journal cut off).
+    for cut in (False, True):
+        if cut:
+            for path in (tmp_path / "out" / "journal").glob("*.jsonl"):
+                lines = path.read_text().splitlines(keepends=True)
+                assert json.loads(lines[-1])["event"] == "done"
+                path.write_text("".join(lines[:-1]))
+        again = ScriptedBackend()
+        assert run(args, backend=again) == summary and again.requests == 0
+        assert read_jsonl(tmp_path / "out" / "train.jsonl") == rows
 
 
 def entry_main():

@@ -128,6 +128,20 @@ class Generator:
         state.status = status
         self._log(state, {"event": "done", "status": status})
 
+    def _settle(self, state: SeedState) -> None:
+        """Record the final status once the state says the seed is finished. Decided from the state alone, so a
+        resumed run settles a seed exactly where an uninterrupted one did."""
+        if state.status is not None:
+            return
+        if state.program is None:
+            if state.rounds >= self.s.max_program_rounds:
+                self._finish(state, "failed")
+        elif state.variants is not None:
+            if not state.variants:
+                self._finish(state, "failed")
+            elif state.kept() >= self.s.target_per_seed or state.cot_rounds >= self.s.max_cot_rounds:
+                self._finish(state, "solved" if state.kept() else "failed")
+
     def _ask(self, prompt: str, state: SeedState, step: str, n: int = 1, temperature: float | None = None) -> Request:
         return Request(
             messages=[{"role": "user", "content": prompt}],
@@ -142,6 +156,9 @@ class Generator:
         """Advance every seed of `states` to a final status, one chunk at a time."""
         for start in range(0, len(states), self.s.chunk_size):
             chunk = [s for s in states[start : start + self.s.chunk_size] if s.status is None]
+            for state in chunk:  # a run killed between a step's record and its "done" record
+                self._settle(state)
+            chunk = [s for s in chunk if s.status is None]
             while chunk:
                 need_program = [s for s in chunk if s.program is None]
                 need_variants = [s for s in chunk if s.program is not None and s.variants is None]
@@ -219,8 +236,7 @@ class Generator:
                 state.program, state.abstraction = verified, abstraction
             state.rounds += 1
             self._log(state, event, rejections[state.seed_id])
-            if not verified and state.rounds >= self.s.max_program_rounds:
-                self._finish(state, "failed")
+            self._settle(state)
 
     # -- step 3 -----------------------------------------------------------------------------------------------
     def variants_step(self, states: list[SeedState]) -> None:
@@ -269,8 +285,7 @@ class Generator:
             variants = answered.get(state.seed_id, [])
             state.variants = variants
             self._log(state, {"event": "variants", "variants": variants}, rejections[state.seed_id])
-            if not variants:
-                self._finish(state, "failed")
+            self._settle(state)
 
     def _rewrite(self, states: list[SeedState], answered: dict, rejections: dict) -> None:
         """Fill in each variant's question (in place); variants whose rewrite fails are dropped."""
@@ -343,8 +358,7 @@ class Generator:
             self._log(state, {"event": "cot_round", "round": state.cot_rounds, "kept": kept[state.seed_id]},
                       rejections[state.seed_id])  # fmt: skip
             state.cot_rounds += 1
-            if state.kept() >= self.s.target_per_seed or state.cot_rounds >= self.s.max_cot_rounds:
-                self._finish(state, "solved" if state.kept() else "failed")
+            self._settle(state)
 
 
 def samples(state: SeedState) -> list[dict]:
