@@ -198,6 +198,12 @@ def test_settings_change_refused_on_resume(tmp_path):
     out = tmp_path / "out"
     args = SyntheticArgs(seeds=str(SEEDS), output_dir=str(out), max_seeds=1, **SMALL)
     run(args, backend=ScriptedBackend())
+    import fcntl
+
+    with open(out / ".lock", "w") as held:  # another run holds the folder
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(RecipeError, match="another run is using"):
+            run(args, backend=ScriptedBackend())
     with pytest.raises(RecipeError, match="different settings.*target_per_seed"):
         run(SyntheticArgs(seeds=str(SEEDS), output_dir=str(out), max_seeds=1, **{**SMALL, "target_per_seed": 5}))
 

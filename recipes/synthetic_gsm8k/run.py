@@ -7,6 +7,8 @@ Output folder:
 - `summary.json`, then `manifest.json` last.
 """
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -150,7 +152,6 @@ def _check_run_config(output_dir: Path, config: dict) -> None:
                 f"settings, or choose a new output_dir"
             )
     else:
-        output_dir.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".partial")
         tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         os.replace(tmp, path)
@@ -216,31 +217,50 @@ def run(args: SyntheticArgs, backend: Backend | None = None, pool: SandboxPool |
     config = {k: v for k, v in asdict(args).items() if k not in _NOT_RESULT_DECIDING}
     if Path(args.seeds).is_file():  # the same path with other content is another run
         config["seeds_sha256"] = hashlib.sha256(Path(args.seeds).read_bytes()).hexdigest()
-    _check_run_config(output_dir, config)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with _exclusive(output_dir):
+        _check_run_config(output_dir, config)
+        return _run_locked(args, output_dir, states, seed_rejections, len(rows), backend, pool)
+
+
+@contextlib.contextmanager
+def _exclusive(output_dir: Path):
+    """One run per output folder: two runs appending to the same journals would duplicate work."""
+    from ..training.args import RecipeError
+
+    with open(output_dir / ".lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RecipeError(f"another run is using {output_dir} (it holds {output_dir / '.lock'})") from None
+        yield
+
+
+def _run_locked(args, output_dir, states, seed_rejections, n_rows, backend, pool) -> dict:
     journal = Journal(output_dir / "journal")
     for state in states:
         replay(state, journal.read(state.seed_id))
-    own_pool = pool is None
-    if own_pool:
-        try:
-            pool = SandboxPool(args.sandbox_config())
-        except SandboxUnavailable as err:
-            from ..training.args import RecipeError
+    if any(s.status is None for s in states):
+        own_pool = pool is None
+        if own_pool:  # before any generation: fail closed without the sandbox
+            try:
+                pool = SandboxPool(args.sandbox_config())
+            except SandboxUnavailable as err:
+                from ..training.args import RecipeError
 
-            raise RecipeError(str(err)) from None
-    try:
-        if any(s.status is None for s in states):
+                raise RecipeError(str(err)) from None
+        try:
             backend = backend or make_backend(
                 args.backend, args.model, args.base_url, args.api_key_env, args.max_concurrency, args.batch_size,
                 args.request_timeout, args.max_retries,
             )  # fmt: skip
-        done = sum(s.status is not None for s in states)
-        with tqdm(total=len(states), initial=done, desc="seed problems", unit="seed", file=sys.stderr) as progress:
-            Generator(backend, pool, journal, args.settings()).run(states, progress)
-    finally:
-        if own_pool:
-            pool.close()
-    return finish(args, output_dir, states, seed_rejections, len(rows))
+            done = sum(s.status is not None for s in states)
+            with tqdm(total=len(states), initial=done, desc="seed problems", unit="seed", file=sys.stderr) as bar:
+                Generator(backend, pool, journal, args.settings()).run(states, bar)
+        finally:
+            if own_pool:
+                pool.close()
+    return finish(args, output_dir, states, seed_rejections, n_rows)
 
 
 def finish(args: SyntheticArgs, output_dir: Path, states: list[SeedState], seed_rejections: Counter, n_rows: int):
