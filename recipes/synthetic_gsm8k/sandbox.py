@@ -5,7 +5,8 @@ Isolation is the kernel's, set up by bubblewrap (Debian package `bubblewrap`), n
 - own pid, ipc, uts and cgroup namespaces; the sandbox dies with its parent,
 - a minimal read-only filesystem: the system libraries and the Python standard library only (no /work, /home,
   /root, /etc, no project tree, no host /tmp); a fresh size-capped tmpfs on /tmp is the only writable place,
-- all capabilities dropped except the four the worker needs to drop each program to its own unprivileged uid,
+- all capabilities dropped except the four the worker needs to drop each program to its own unprivileged uid, and
+  no_new_privs (set by bubblewrap), so no setuid binary or file capability can give any back,
 - per program (in `sandbox_worker.py`): a forked child with rlimits on address space, CPU time, processes,
   file size and open files, a wall-clock limit, an output cap, and its process group killed at the end.
 
@@ -113,7 +114,7 @@ def _python() -> tuple[str, list[str]]:
     exe = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
     roots = {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
     base = getattr(sys, "base_prefix", sys.prefix)
-    roots = sorted({os.path.realpath(r) for r in roots if r and os.path.realpath(r).startswith(base)} | {base})
+    roots = sorted({os.path.realpath(r) for r in roots if r and os.path.realpath(r).startswith(base)})
     return exe, roots
 
 
