@@ -4,7 +4,7 @@
 Protocol on stdin/stdout: one JSON request per line `{"id", "source", "calls": [{param: value}, ...]}`, one JSON
 reply per line `{"id", "reason", "detail", "results": [{"ok", "value" | "reason", "detail"}, ...], "output"}`.
 
-Each request runs in a fresh forked child (copy-on-write, ~1 ms) that, before touching the program:
+Each request runs in a fresh forked child (copy-on-write) that, before touching the program:
 - starts its own session and process group (so the whole group is killed afterwards),
 - gets a private empty working directory and stdin from /dev/null,
 - sets rlimits: address space (RLIMIT_AS), CPU seconds, processes/threads (RLIMIT_NPROC), file size, open files,
