@@ -229,11 +229,15 @@ class SandboxPool:
         self._next_id = 0
         self._workers: list[_Worker] = []
         if not one_shot:
-            for index in range(self.config.workers):
-                worker = self._start(index)
-                worker.index = index
-                self._workers.append(worker)
-                self._idle.put(worker)
+            try:
+                for index in range(self.config.workers):
+                    worker = self._start(index)
+                    worker.index = index
+                    self._workers.append(worker)
+                    self._idle.put(worker)
+            except BaseException:
+                self.close()  # no half-started pool left behind
+                raise
 
     def _limits(self, index: int) -> dict:
         limits = asdict(self.config)
