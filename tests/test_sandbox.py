@@ -262,3 +262,12 @@ def test_unprivileged_user_gets_the_same_isolation():
         [False, None, "sandbox_denied"],
     ]
     assert tree_state(ROOT) == before
+
+
+@needs_bwrap
+def test_a_dead_worker_is_replaced():
+    with SandboxPool(SandboxConfig(workers=1, wall_seconds=5)) as pool:
+        pool._workers[0].proc.kill()  # the sandbox itself dies (OOM killer, a bug...)
+        lost = pool.run("def answer():\n    return 1\n", [{}])
+        assert lost.reason == "crashed" and not lost.results[0].ok
+        assert pool.run("def answer():\n    return 2\n", [{}]).results[0].value == 2
