@@ -25,9 +25,11 @@ def test_batched_generation_shapes(tiny_model_dir):
         Request(messages, n=2, temperature=0.7, max_tokens=4, seed=1),
         Request(messages + [{"role": "assistant", "content": "Two."}], n=2, temperature=0.7, max_tokens=4, seed=1),
         Request(messages, n=1, temperature=0.0, max_tokens=3),
+        Request(messages, n=2, temperature=0.0, max_tokens=3),  # greedy: the same text twice
     ]
     replies = backend.generate(requests)
-    assert [len(r) for r in replies] == [2, 2, 1]
+    assert [len(r) for r in replies] == [2, 2, 1, 2]
+    assert replies[3] == replies[2] * 2
     assert all(isinstance(text, str) for r in replies for text in r)
     assert backend.generate(requests) == replies  # seeded sampling: a redone step asks for the very same thing
 

@@ -143,17 +143,19 @@ class TransformersBackend:
         )
         if reqs[0].seed is not None:
             self.torch.manual_seed(reqs[0].seed)
-        sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
+        greedy = temperature <= 0  # greedy decoding gives one answer; n copies of it are what was asked
+        sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature}
+        per_prompt = 1 if greedy else n
         with self.torch.no_grad():
             ids = self.model.generate(
                 **enc,
                 max_new_tokens=max_tokens,
-                num_return_sequences=n,
+                num_return_sequences=per_prompt,
                 pad_token_id=self.tokenizer.pad_token_id,
                 **sampling,
             )
         texts = self.tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-        return [texts[i * n : (i + 1) * n] for i in range(len(reqs))]
+        return [texts[i * per_prompt : (i + 1) * per_prompt] * (n // per_prompt) for i in range(len(reqs))]
 
 
 def make_backend(kind: str, model: str, base_url: str, api_key_env: str, max_concurrency: int, batch_size: int,
