@@ -1,0 +1,169 @@
+"""Generation backends behind one small interface: `generate(requests) -> replies` (one list of strings per
+request; an empty list when the backend failed for that request, which the pipeline counts as `backend_error`).
+
+- `OpenAIBackend`: any OpenAI-compatible chat-completions server (vLLM, SGLang, `transformers serve`, hosted APIs),
+  over the standard library's HTTP client, with a concurrency limit and bounded retries.
+- `TransformersBackend`: a local model through `model.generate`, batched (left padding, chat template).
+"""
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass
+class Request:
+    """One chat prompt and how many samples to draw for it. `seed` makes sampling reproducible where the backend
+    supports it (vLLM and OpenAI honour it), which is what lets a resumed run redo an interrupted step exactly."""
+
+    messages: list[dict]
+    n: int = 1
+    temperature: float = 0.7
+    max_tokens: int = 1024
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+
+
+class Backend(Protocol):
+    def generate(self, requests: list[Request]) -> list[list[str]]: ...
+
+
+class OpenAIBackend:
+    """Chat completions over HTTP. `max_concurrency` requests in flight at once; `max_retries` retries with
+    exponential backoff on connection errors, 429 and 5xx; servers that return fewer than `n` choices are asked
+    again for the rest."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        max_concurrency: int = 16,
+        timeout: float = 600.0,
+        max_retries: int = 3,
+    ):
+        self.url = base_url.rstrip("/") + (
+            "/chat/completions" if base_url.rstrip("/").endswith("/v1") else "/v1/chat/completions"
+        )
+        self.model = model
+        self.api_key = api_key
+        self.max_concurrency = max_concurrency
+        self.timeout = timeout
+        self.max_retries = max_retries
+
+    def _post(self, body: dict) -> dict:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            return json.loads(response.read())
+
+    def _one(self, req: Request) -> list[str]:
+        replies: list[str] = []
+        for _attempt in range(max(1, req.n)):  # top up when the server returns fewer choices than asked (no `n`)
+            body = {"model": self.model, "messages": req.messages, "n": req.n - len(replies)}
+            body.update(temperature=req.temperature, max_tokens=req.max_tokens)
+            if req.seed is not None:
+                body["seed"] = req.seed + len(replies)
+            if req.stop:
+                body["stop"] = req.stop
+            data = self._with_retries(body)
+            if data is None:
+                break
+            replies += [(c.get("message") or {}).get("content") or "" for c in data.get("choices", [])]
+            if len(replies) >= req.n:
+                break
+        return replies[: req.n]
+
+    def _with_retries(self, body: dict) -> dict | None:
+        for attempt in range(self.max_retries + 1):
+            try:
+                return self._post(body)
+            except urllib.error.HTTPError as err:
+                if err.code != 429 and err.code < 500:
+                    return None  # a request the server will never accept: do not hammer it
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            if attempt < self.max_retries:
+                time.sleep(min(30.0, 0.5 * 2**attempt))
+        return None
+
+    def generate(self, requests: list[Request]) -> list[list[str]]:
+        with ThreadPoolExecutor(max_workers=max(1, self.max_concurrency)) as pool:
+            return list(pool.map(self._one, requests))
+
+
+class TransformersBackend:
+    """A local `AutoModelForCausalLM` with its chat template; prompts are generated `batch_size` at a time."""
+
+    def __init__(self, model_name_or_path: str, batch_size: int = 8, dtype: str = "auto", device: str | None = None):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(model_name_or_path, padding_side="left")
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.model = AutoModelForCausalLM.from_pretrained(model_name_or_path, dtype=dtype).to(device).eval()
+        self.batch_size = batch_size
+
+    def generate(self, requests: list[Request]) -> list[list[str]]:
+        out: list[list[str]] = []
+        # Group requests with the same sampling settings so each batch is one `generate` call.
+        for start in range(0, len(requests), self.batch_size):
+            batch = requests[start : start + self.batch_size]
+            groups: dict[tuple, list[int]] = {}
+            for i, req in enumerate(batch):
+                groups.setdefault((req.n, req.temperature, req.max_tokens), []).append(i)
+            replies: list[list[str]] = [[] for _ in batch]
+            for (n, temperature, max_tokens), members in groups.items():
+                texts = self._generate([batch[i] for i in members], n, temperature, max_tokens)
+                for i, member_texts in zip(members, texts):
+                    replies[i] = member_texts
+            out += replies
+        return out
+
+    def _prompt(self, messages: list[dict]) -> str:
+        if self.tokenizer.chat_template:
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        # A base model without a chat template: plain role-tagged turns.
+        return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+
+    def _generate(self, reqs: list[Request], n: int, temperature: float, max_tokens: int) -> list[list[str]]:
+        prompts = [self._prompt(r.messages) for r in reqs]
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(
+            self.model.device
+        )
+        if reqs[0].seed is not None:
+            self.torch.manual_seed(reqs[0].seed)
+        greedy = temperature <= 0  # greedy decoding gives one answer; n copies of it are what was asked
+        sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature}
+        per_prompt = 1 if greedy else n
+        with self.torch.no_grad():
+            ids = self.model.generate(
+                **enc,
+                max_new_tokens=max_tokens,
+                num_return_sequences=per_prompt,
+                pad_token_id=self.tokenizer.pad_token_id,
+                **sampling,
+            )
+        texts = self.tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        return [texts[i * per_prompt : (i + 1) * per_prompt] * (n // per_prompt) for i in range(len(reqs))]
+
+
+def make_backend(kind: str, model: str, base_url: str, api_key_env: str, max_concurrency: int, batch_size: int,
+                 timeout: float, max_retries: int) -> Backend:  # fmt: skip
+    """The backend a recipe names (`openai` or `transformers`)."""
+    if kind == "openai":
+        key = os.environ.get(api_key_env) if api_key_env else None
+        return OpenAIBackend(base_url, model, key, max_concurrency, timeout, max_retries)
+    if kind == "transformers":
+        return TransformersBackend(model, batch_size=batch_size)
+    raise ValueError(f"backend must be 'openai' or 'transformers', got {kind!r}")

@@ -1,0 +1,334 @@
+"""The process that runs untrusted programs, inside the sandbox. Standard library only: it is started as
+`python -I -S sandbox_worker.py '<limits json>'` inside bubblewrap (or bare, in the weaker `rlimits-only` mode).
+
+Protocol on stdin/stdout: one JSON request per line `{"id", "source", "calls": [{param: value}, ...]}`, one JSON
+reply per line `{"id", "reason", "detail", "results": [{"ok", "value" | "reason", "detail"}, ...], "output"}`.
+
+Each request runs in a fresh forked child (copy-on-write) that, before touching the program:
+- starts its own session and process group (so the whole group is killed afterwards),
+- gets a private empty working directory and stdin from /dev/null,
+- sets rlimits: address space (RLIMIT_AS), CPU seconds, processes/threads (RLIMIT_NPROC), file size, open files,
+  no core dumps,
+- drops to an unprivileged uid when the worker runs as root (rlimits on processes do not bind root),
+- installs an audit hook (PEP 578) that refuses process creation, sockets, native code and file access outside its
+  directory. The hook only gives the rejection its precise name: the enforcement is the kernel's (namespaces, mounts,
+  rlimits, uid), which holds even if a program gets past the hook.
+The worker reads the child's stdout+stderr up to a byte cap and kills the process group on wall-clock timeout, on
+output overflow, and always at the end.
+"""
+
+import fractions  # imported here, once, so each forked child has it (and `numbers`) without reading files
+import json
+import math
+import numbers
+import os
+import resource
+import select
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+# Reasons (the host maps them onto rejection counters).
+OK = None
+TIMEOUT = "timeout"
+CPU_LIMIT = "cpu_limit"
+MEMORY = "memory"
+OUTPUT_LIMIT = "output_limit"
+EXCEPTION = "exception"
+SYNTAX = "syntax_error"
+NO_FUNCTION = "no_answer_function"
+NON_NUMERIC = "non_numeric"
+CRASHED = "crashed"
+FORBIDDEN_PROCESS = "forbidden_process"
+FORBIDDEN_NETWORK = "forbidden_network"
+FORBIDDEN_FILE = "forbidden_file"
+FORBIDDEN_NATIVE = "forbidden_native"
+DENIED = "sandbox_denied"
+
+_PROCESS_EVENTS = ("os.system", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen")
+_PROCESS_EVENTS += ("os.kill", "os.killpg", "pty.spawn", "os.startfile", "os.setuid")
+
+
+class SandboxViolation(BaseException):
+    """Raised by the audit hook. A BaseException so that `except Exception` in a program does not swallow it."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+
+
+def _install_audit_hook(workdir: str, read_roots: tuple[str, ...], violations: list) -> None:
+    workdir = workdir.rstrip("/") + "/"
+
+    def inside(path, roots) -> bool:
+        path = os.path.abspath(os.path.join(workdir, os.fsdecode(path)))
+        return any(path == root.rstrip("/") or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+    def hook(event, args):
+        reason = None
+        if event.startswith(_PROCESS_EVENTS):
+            reason = FORBIDDEN_PROCESS
+        elif event.startswith("socket."):
+            reason = FORBIDDEN_NETWORK
+        elif event.startswith("ctypes.") or event == "mmap.__new__" and args and args[0] != -1:
+            reason = FORBIDDEN_NATIVE
+        elif event == "open" and args and isinstance(args[0], (str, bytes)):
+            path, mode, flags = args[0], args[1], args[2]
+            writing = (mode is not None and any(c in mode for c in "wax+")) or (
+                mode is None and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
+            )
+            if not inside(path, (workdir,)) and (writing or not inside(path, read_roots)):
+                reason = FORBIDDEN_FILE
+        elif event in ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.symlink", "os.link", "os.chmod"):
+            if args and isinstance(args[0], (str, bytes)) and not inside(args[0], (workdir,)):
+                reason = FORBIDDEN_FILE
+        if reason is not None:
+            detail = f"{event} {str(args)[:200]}"
+            violations.append((reason, detail))
+            raise SandboxViolation(reason, detail)
+
+    sys.addaudithook(hook)
+
+
+def _number(value):
+    """The program's return value as a JSON number, or None when it is not a finite real number. Huge ints are
+    compared as floats (and are no answer beyond the float range); a Fraction with denominator 1 is an int."""
+    if isinstance(value, bool):
+        return None
+    try:
+        if isinstance(value, int) and abs(value) <= 2**53:
+            return int(value)
+        if isinstance(value, fractions.Fraction) and value.denominator == 1 and abs(value) <= 2**53:
+            return int(value)
+        if isinstance(value, numbers.Real):
+            value = float(value)
+            return value if math.isfinite(value) else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return None
+
+
+def _child(request: dict, limits: dict, workdir: str, result_fd: int, out_fd: int, uid: int | None) -> None:
+    """Runs in the forked child. Never returns: ends with os._exit."""
+    try:
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        mem = int(limits["memory_mb"]) << 20
+        cpu = int(math.ceil(limits["cpu_seconds"]))
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits["max_file_bytes"],) * 2)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if uid is not None:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+        os.chdir(workdir)  # after the uid drop: the directory belongs to the program's uid, mode 0700
+        nproc = int(limits["max_processes"]) + int(limits.get("nproc_baseline", 0))
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+        sys.stderr = sys.stdout
+    except BaseException as err:  # the sandbox could not be set up: never run the program then
+        import traceback
+
+        tb = traceback.format_exc(limit=3)
+        os.write(result_fd, (json.dumps({"fatal": f"child setup failed: {err!r} {tb}"}) + "\n").encode())
+        os._exit(3)
+
+    def emit(record: dict) -> None:
+        os.write(result_fd, (json.dumps(record) + "\n").encode())
+
+    violations: list = []
+    try:
+        if limits.get("audit_hook", True):
+            _install_audit_hook(workdir, tuple(limits["read_roots"]), violations)
+        namespace = {"__name__": "__sandbox__", "math": math, "__builtins__": __builtins__}
+        try:
+            code = compile(request["source"], "<program>", "exec")
+        except (SyntaxError, ValueError) as err:
+            emit({"fatal_reason": SYNTAX, "detail": str(err)[:300]})
+            os._exit(0)
+        exec(code, namespace)
+        function = namespace.get(limits.get("function", "answer"))
+        if not callable(function):
+            emit({"fatal_reason": NO_FUNCTION, "detail": "the program defines no function answer(...)"})
+            os._exit(0)
+        for params in request["calls"]:
+            try:
+                value = function(**params)
+                number = _number(value)
+                if violations:
+                    reason, detail = violations[0]
+                    emit({"ok": False, "reason": reason, "detail": detail})
+                elif number is None:
+                    emit({"ok": False, "reason": NON_NUMERIC, "detail": f"returned {type(value).__name__}"})
+                else:
+                    emit({"ok": True, "value": number})
+            except SandboxViolation as err:
+                emit({"ok": False, "reason": err.reason, "detail": str(err)[:300]})
+            except MemoryError:
+                emit({"ok": False, "reason": MEMORY, "detail": "MemoryError"})
+            except OSError as err:
+                reason, detail = violations[0] if violations else (DENIED, repr(err)[:300])
+                emit({"ok": False, "reason": reason, "detail": detail})
+            except Exception as err:  # the program's own bug: counted, never fatal to the worker
+                reason = violations[0][0] if violations else EXCEPTION
+                emit({"ok": False, "reason": reason, "detail": f"{type(err).__name__}: {err}"[:300]})
+    except SandboxViolation as err:
+        emit({"fatal_reason": err.reason, "detail": str(err)[:300]})
+    except MemoryError:
+        emit({"fatal_reason": MEMORY, "detail": "MemoryError"})
+    except BaseException as err:
+        reason = violations[0][0] if violations else (DENIED if isinstance(err, OSError) else EXCEPTION)
+        emit({"fatal_reason": reason, "detail": f"{type(err).__name__}: {err}"[:300]})
+    try:
+        sys.stdout.flush()
+    except BaseException:
+        pass
+    os._exit(0)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap_uid(uid: int) -> None:
+    """Kill every process left running as the sandbox uid (programs that escaped their process group)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.kill(-1, signal.SIGKILL)  # all processes this uid may signal, except this one
+        except BaseException:
+            pass
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def run_one(request: dict, limits: dict, uid: int | None, tmp_root: str) -> dict:
+    """Run one request in a fresh child and return the reply (see module docstring)."""
+    workdir = tempfile.mkdtemp(prefix="job-", dir=tmp_root)
+    if uid is not None:
+        os.chown(workdir, uid, uid)
+    result_r, result_w = os.pipe()
+    out_r, out_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(result_r)
+        os.close(out_r)
+        _child(request, limits, workdir, result_w, out_w, uid)
+    os.close(result_w)
+    os.close(out_w)
+    deadline = time.monotonic() + float(limits["wall_seconds"])
+    cap = int(limits["max_output_bytes"])
+    output, results, killed_for = bytearray(), bytearray(), None
+    open_fds = {out_r, result_r}
+    while open_fds:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            killed_for = TIMEOUT
+            break
+        ready, _, _ = select.select(list(open_fds), [], [], remaining)
+        for fd in ready:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                open_fds.discard(fd)
+            elif fd == out_r:
+                output += chunk[: max(0, cap - len(output) + 1)]
+                if len(output) > cap:
+                    killed_for = OUTPUT_LIMIT
+            else:
+                results += chunk
+                if len(results) > 1 << 20:
+                    killed_for = OUTPUT_LIMIT
+        if killed_for:
+            break
+    _kill_group(pid)
+    _, status = os.waitpid(pid, 0)
+    if uid is not None and int(limits["max_processes"]) > 1:
+        # With one task allowed the program cannot have made another process, so nothing can have left the group.
+        _reap_uid(uid)
+    os.close(out_r)
+    os.close(result_r)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return _reply(request, results, output, status, killed_for)
+
+
+def _reply(request: dict, results: bytes, output: bytes, status: int, killed_for: str | None) -> dict:
+    records = []
+    for line in bytes(results).splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            pass
+    reply = {"id": request.get("id"), "reason": None, "detail": "", "output": output[:200].decode("utf-8", "replace")}
+    fatal = next((r for r in records if "fatal_reason" in r or "fatal" in r), None)
+    calls = [r for r in records if "ok" in r][: len(request["calls"])]  # a forked copy could write more
+    if killed_for:
+        reply["reason"], reply["detail"] = killed_for, f"killed by the worker ({killed_for})"
+    elif fatal is not None:
+        reply["reason"] = fatal.get("fatal_reason", CRASHED)
+        reply["detail"] = fatal.get("detail", fatal.get("fatal", ""))
+    elif os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        reply["reason"] = CPU_LIMIT if sig in (signal.SIGXCPU, signal.SIGKILL) else CRASHED
+        reply["detail"] = f"killed by signal {signal.Signals(sig).name}"
+    elif len(calls) < len(request["calls"]):
+        reply["reason"], reply["detail"] = CRASHED, f"exit status {os.waitstatus_to_exitcode(status)}"
+    missing = {"ok": False, "reason": reply["reason"] or CRASHED, "detail": reply["detail"]}
+    reply["results"] = calls + [missing] * (len(request["calls"]) - len(calls))
+    return reply
+
+
+def _tasks_of_uid(uid: int) -> int:
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    count += len(os.listdir(f"/proc/{entry}/task"))
+            except OSError:
+                pass
+    return count
+
+
+def main() -> None:
+    limits = json.loads(sys.argv[1])
+    uid = limits.get("uid")
+    uid = int(uid) if uid is not None and os.geteuid() == 0 else None
+    if uid is None:
+        # Programs keep our uid (unprivileged bubblewrap or weaker mode): RLIMIT_NPROC counts every task of the uid
+        # that we can see (in bubblewrap: its init and this worker), so allow max_processes on top of those.
+        limits["nproc_baseline"] = _tasks_of_uid(os.getuid())
+    # Programs may read what `import` reads: this interpreter's own module path (isolated mode: the stdlib only).
+    roots = list(limits.get("read_roots", [])) + [p for p in sys.path if p and os.path.isabs(p)]
+    limits["read_roots"] = sorted(set(roots) | {os.path.realpath(r) for r in roots})
+    tmp_root = limits.get("tmp_root") or tempfile.gettempdir()
+    os.makedirs(tmp_root, exist_ok=True)
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    stdout.write(b'{"ready": true}\n')
+    stdout.flush()
+    for line in stdin:
+        request = json.loads(line)
+        try:
+            reply = run_one(request, limits, uid, tmp_root)
+        except Exception as err:  # a worker-side failure: report it, keep serving
+            reply = {"id": request.get("id"), "reason": CRASHED, "detail": f"worker error: {err!r}", "results": []}
+            reply["results"] = [{"ok": False, "reason": CRASHED, "detail": reply["detail"]}] * len(request["calls"])
+        stdout.write((json.dumps(reply) + "\n").encode())
+        stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+"""The sandbox is a security boundary: every escape attempt is contained (the host and the project tree are
+unchanged, checked here) and reported under the right reason. Each attempt runs twice: with the audit hook that names
+the violation, and without it, to prove the kernel's isolation holds on its own."""
+
+import json
+import os
+import shutil
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from recipes.synthetic_gsm8k.sandbox import (
+    SandboxConfig,
+    SandboxPool,
+    SandboxUnavailable,
+    check_sandbox,
+    unbounded_loop,
+)
+from tests.synthetic_fakes import BWRAP_PROBLEM
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=str(BWRAP_PROBLEM))
+LIMITS = dict(wall_seconds=3.0, cpu_seconds=10, memory_mb=512, workers=2)
+
+
+def tree_state(root: Path) -> dict:
+    """Every path under the project with its size and mtime: any write, creation or deletion changes it."""
+    state = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in (".pytest_cache", "__pycache__", ".ruff_cache")]
+        for name in filenames + dirnames:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            state[path] = (st.st_size, st.st_mtime_ns)
+    return state
+
+
+def sandbox_uid_processes(config: SandboxConfig) -> list[int]:
+    """Host processes running as one of the sandbox's program uids (there must be none after a run)."""
+    uids = {config.uid_base + i for i in range(config.workers)}
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid in uids:
+                    found.append(int(entry))
+            except FileNotFoundError:
+                pass
+    return found
+
+
+@pytest.fixture
+def listener():
+    """A TCP listener on 127.0.0.1 that records every connection it receives."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    received, stop = [], threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                received.append(server.accept())
+            except (TimeoutError, OSError):
+                pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], received
+    stop.set()
+    thread.join()
+    server.close()
+
+
+def attacks(secret: Path, port: int) -> dict[str, tuple[str, set[str], set[str]]]:
+    """name -> (program, reason with the audit hook, reasons allowed from the kernel alone)."""
+    pwned = ROOT / "PWNED"
+    return {
+        "loop_forever": ("def answer(x):\n    while x >= 0:\n        x += 1\n", {"timeout"}, {"timeout"}),
+        "fork_bomb": (
+            "import os\ndef answer(x):\n    while 1:\n        os.fork()\n",
+            {"forbidden_process"},
+            {"sandbox_denied"},
+        ),
+        "allocate_20gb": ("def answer(x):\n    b = bytearray(20 * 2**30)\n    return 1\n", {"memory"}, {"memory"}),
+        "write_project": (
+            f"def answer(x):\n    open({str(pwned)!r}, 'w').write('x')\n    return 1\n",
+            {"forbidden_file"},
+            {"sandbox_denied"},
+        ),
+        "read_outside": (
+            f"def answer(x):\n    return len(open({str(secret)!r}).read())\n",
+            {"forbidden_file"},
+            {"sandbox_denied"},
+        ),
+        "socket_to_host": (
+            f"import socket\ndef answer(x):\n    s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+            "    s.sendall(b'leak')\n    return 1\n",
+            {"forbidden_network"},
+            {"sandbox_denied"},
+        ),
+        "os_system": (
+            f"import os\ndef answer(x):\n    os.system('touch {pwned}')\n    return 1\n",
+            {"forbidden_process"},
+            {None},  # fork fails inside system(); the program goes on, the file is never made
+        ),
+        "subprocess_run": (
+            f"import subprocess\ndef answer(x):\n    subprocess.run(['touch', {str(pwned)!r}])\n    return 1\n",
+            {"forbidden_process"},
+            {"sandbox_denied"},
+        ),
+        "print_100mb": (  # 100 x 1 MB lines: 100 MB in total
+            "def answer(x):\n    for _ in range(100):\n        print('x' * 1_000_000)\n    return 1\n",
+            {"output_limit"},
+            {"output_limit"},
+        ),
+    }
+
+
+@needs_bwrap
+@pytest.mark.parametrize("audit_hook", [True, False], ids=["hook", "kernel-only"])
+def test_escape_attempts_are_contained_and_named(tmp_path, listener, audit_hook):
+    port, received = listener
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret")
+    programs = attacks(secret, port)
+    before = tree_state(ROOT)
+    config = SandboxConfig(audit_hook=audit_hook, **LIMITS)
+    with SandboxPool(config) as pool:
+        reports = dict(zip(programs, pool.run_many([(src, [{"x": 1}]) for src, _, _ in programs.values()])))
+        # the pool keeps serving after all that
+        assert pool.run("def answer(x):\n    return x * 2\n", [{"x": 21}]).results[0].value == 42
+    for name, (_, hooked, kernel) in programs.items():
+        result = reports[name].results[0]
+        expected = hooked if audit_hook else kernel
+        reason = result.reason if not result.ok else None
+        assert reason in expected, f"{name}: {result}"
+        assert not (result.ok and result.value == len("host secret")), f"{name} read the secret"
+    assert tree_state(ROOT) == before, "the project tree changed"
+    assert not (ROOT / "PWNED").exists()
+    assert received == [], "a sandboxed program reached the host's 127.0.0.1"
+    assert secret.read_text() == "host secret"
+    assert sandbox_uid_processes(config) == [], "processes survived the sandbox"
+
+
+@needs_bwrap
+def test_cpu_limit_and_results():
+    with SandboxPool(SandboxConfig(wall_seconds=20, cpu_seconds=1, workers=1)) as pool:
+        spin = pool.run("def answer(x):\n    while x >= 0:\n        x += 1\n", [{"x": 0}])
+        assert spin.reason == "cpu_limit"
+        report = pool.run(
+            "def answer(a, b):\n    if b == 0:\n        return 1 / b\n    return math.sqrt(a) / b\n",
+            [{"a": 16, "b": 2}, {"a": 1, "b": 0}, {"a": 9, "b": 3}],
+        )
+        assert [(r.ok, r.value, r.reason) for r in report.results] == [
+            (True, 2.0, None),
+            (False, None, "exception"),
+            (True, 1.0, None),
+        ]
+        odd = pool.run("def answer():\n    return 'seven'\n", [{}])
+        assert odd.results[0].reason == "non_numeric"
+        broken = pool.run("def answer(:\n", [{}])
+        assert broken.reason == "syntax_error"
+        missing = pool.run("x = 1\n", [{}])
+        assert missing.reason == "no_answer_function"
+        exits = pool.run("import os\ndef answer():\n    os._exit(0)\n", [{}])
+        assert exits.results[0].reason == "crashed"
+        values = pool.run(
+            "import fractions\ndef answer(k):\n"
+            "    return [10**400, 10**20, fractions.Fraction(6, 2), float('nan'), None][k]\n",
+            [{"k": k} for k in range(5)],
+        )
+        assert [(r.value, r.reason) for r in values.results] == [
+            (None, "non_numeric"),
+            (1e20, None),
+            (3, None),
+            (None, "non_numeric"),
+            (None, "non_numeric"),
+        ]
+        native = pool.run("import ctypes\ndef answer():\n    return ctypes.CDLL(None).getpid()\n", [{}])
+        assert native.reason == "forbidden_native" or native.results[0].reason == "forbidden_native"
+
+
+def test_fail_closed_without_bubblewrap(tmp_path, monkeypatch):
+    with pytest.raises(SandboxUnavailable, match="apt-get install -y bubblewrap"):
+        SandboxPool(SandboxConfig(bwrap_path=str(tmp_path / "no-bwrap")))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap anywhere on PATH
+    with pytest.raises(SandboxUnavailable, match="rlimits-only"):
+        check_sandbox(SandboxConfig())
+
+
+def test_fail_closed_when_bubblewrap_cannot_start(tmp_path):
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(SandboxUnavailable, match="No permissions"):
+        SandboxPool(SandboxConfig(bwrap_path=str(fake)))
+
+
+def test_weaker_mode_is_explicit_and_still_limits(tmp_path):
+    """`rlimits-only` runs without bubblewrap (opt-in), still with per-program limits and the uid drop."""
+    config = SandboxConfig(mode="rlimits-only", wall_seconds=1.5, cpu_seconds=10, memory_mb=512, workers=1)
+    with SandboxPool(config) as pool:
+        assert pool.run("def answer(x):\n    return x + 1\n", [{"x": 1}]).results[0].value == 2
+        assert pool.run("def answer():\n    bytearray(20 * 2**30)\n", [{}]).results[0].reason == "memory"
+        assert pool.run("def answer():\n    while True:\n        pass\n", [{}]).reason == "timeout"
+    with pytest.raises(ValueError, match="sandbox mode"):
+        SandboxConfig(mode="none")
+
+
+def test_unbounded_loop_detection():
+    assert unbounded_loop("def answer():\n    while True:\n        return 1\n")
+    assert unbounded_loop("def answer():\n    while 1:\n        break\n")
+    assert not unbounded_loop("def answer(n):\n    while n > 0:\n        n -= 1\n    return n\n")
+    assert not unbounded_loop("def answer(:")
+
+
+NOBODY_SCRIPT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from recipes.synthetic_gsm8k.sandbox import SandboxConfig, SandboxPool
+programs = [
+    "def answer(a):\\n    return a * 2\\n",
+    "import os\\ndef answer(a):\\n    while 1:\\n        os.fork()\\n",
+    "def answer(a):\\n    open(%r, 'w').write('x')\\n    return 1\\n" % (sys.argv[1] + '/PWNED',),
+]
+with SandboxPool(SandboxConfig(wall_seconds=5, workers=1, audit_hook=False)) as pool:
+    print(json.dumps([[r.ok, r.value, r.reason] for p in programs for r in pool.run(p, [{"a": 2}]).results]))
+"""
+
+
+@needs_bwrap
+def test_unprivileged_user_gets_the_same_isolation():
+    """Most users are not root: bubblewrap then works through a user namespace and programs keep the caller's uid;
+    the kernel alone (no audit hook) must still stop forks and writes."""
+    import subprocess
+
+    system_python = shutil.which("python3", path="/usr/bin:/bin")
+    if os.geteuid() != 0 or not shutil.which("setpriv") or not system_python:
+        pytest.skip("needs root (to become nobody), setpriv and a system python3")
+    probe = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "test", "-r", str(ROOT / "recipes")],
+        capture_output=True,
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"the checkout {ROOT} is not readable by the unprivileged user nobody")
+    before = tree_state(ROOT)
+    out = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", system_python, "-c", NOBODY_SCRIPT, str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1]) == [
+        [True, 4, None],
+        [False, None, "sandbox_denied"],
+        [False, None, "sandbox_denied"],
+    ]
+    assert tree_state(ROOT) == before
+
+
+@needs_bwrap
+def test_a_dead_worker_is_replaced():
+    with SandboxPool(SandboxConfig(workers=1, wall_seconds=5)) as pool:
+        pool._workers[0].proc.kill()  # the sandbox itself dies (OOM killer, a bug...)
+        lost = pool.run("def answer():\n    return 1\n", [{}])
+        assert lost.reason == "crashed" and not lost.results[0].ok
+        assert pool.run("def answer():\n    return 2\n", [{}]).results[0].value == 2

@@ -1,0 +1,217 @@
+"""Synthetic GSM8K end to end on the shipped seed problems: a scripted backend with known-good and known-bad replies
+(acceptance logic checked count by count), a real OpenAI-compatible HTTP server on 127.0.0.1, resume after SIGKILL,
+and the entry point's input checks."""
+
+import hashlib
+import json
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from recipes.synthetic_gsm8k import sandbox as sandbox_module
+from recipes.synthetic_gsm8k.parsing import extract_code
+from recipes.synthetic_gsm8k.run import SyntheticArgs, run
+from recipes.training.args import RecipeError
+from tests.synthetic_fakes import BWRAP_PROBLEM, ROOT, SEEDS, TABLE, OracleServer, ScriptedBackend, compute
+
+needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=str(BWRAP_PROBLEM))
+
+MALFORMED = [
+    '{"question": "How many apples are left?", "answer": "There are some apples left."}',  # no ####
+    '{"question": "How many pears?", "answer": "She has 3 + 4 pears.\\n#### forty"}',  # non-numeric
+    "this line is not JSON",
+]
+SMALL = dict(target_per_seed=10, cot_samples_per_request=4, max_cot_rounds=3, program_timeout=2, sandbox_workers=2)
+
+
+@pytest.fixture
+def seeds_file(tmp_path) -> Path:
+    path = tmp_path / "seeds.jsonl"
+    path.write_text(SEEDS.read_text() + "\n".join(MALFORMED) + "\n")
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@needs_bwrap
+def test_scripted_backend_acceptance_is_exact(tmp_path, seeds_file):
+    args = SyntheticArgs(
+        seeds=str(seeds_file), output_dir=str(tmp_path / "out"), output_format="jsonl",
+        extra_splits=["train_small:7"], **SMALL,
+    )  # fmt: skip
+    backend = ScriptedBackend()
+    summary = run(args, backend=backend)
+    # Worked out by hand from ScriptedBackend.BAD and the oracle (every 4th chain of thought is wrong):
+    assert summary["seed_rows"] == 9 and summary["seed_problems"] == 6
+    assert summary["seed_problems_solved"] == 5  # seed 2 never gets a correct program in 3 rounds
+    assert summary["programs_verified"] == 5
+    assert summary["variants"] == 5 + 5 + 5 + 2 + 4  # seed 4: 3 bad variants; seed 5: one rewrite dropped
+    assert summary["samples_kept"] == 50  # 10 per solved seed
+    assert summary["splits"] == {"train": 50, "train_small": 7}
+    assert summary["rejections"] == {
+        "seed_no_answer_marker": 1,
+        "seed_non_numeric_answer": 1,
+        "seed_unparsable": 1,
+        "abstract_unparsable": 1,
+        "program_wrong_answer": 3,
+        "program_unbounded_loop": 1,
+        "program_exception": 1,
+        "program_non_numeric": 1,
+        "variant_invalid": 1,
+        "variant_bad_answer": 1,
+        "variant_exception": 1,
+        "rewrite_mismatch": 1,
+        "solution_no_answer": 5,  # seed 1: one per request, 5 requests
+        "solution_wrong_answer": 23,  # one per request: 5 + 5 + 5 + (2 + 2) + 4
+    }
+    # 12 abstract + 11 program + 5 variants + 22 rewrites + 23 chain-of-thought requests
+    assert backend.requests == 73
+
+    rows = read_jsonl(tmp_path / "out" / "train.jsonl")
+    assert len(rows) == 50
+    verified = {i: entry["program"] for i, entry in enumerate(TABLE)}
+    verified[5] = extract_code(ScriptedBackend.BAD[(5, "program", 1)][0])  # the second try, which prints too
+    assert len({(r["messages"][0]["content"], r["messages"][1]["content"]) for r in rows}) == 50
+    for row in rows:
+        user, assistant = row["messages"]
+        assert (user["role"], assistant["role"]) == ("user", "assistant")
+        index = int(row["seed_id"].split("-")[1])
+        entry, params = TABLE[index], json.loads(row["parameters"])
+        assert row["program_sha256"] == hashlib.sha256(verified[index].encode()).hexdigest()
+        assert float(row["answer"]) == compute(entry, params)
+        assert assistant["content"].endswith(f"The answer is {row['answer']}.")
+        assert params != entry["params"]  # new values, not the seed's
+    assert {r["seed_id"] for r in rows} == {"seed-000000", "seed-000001", "seed-000003", "seed-000004", "seed-000005"}
+    subset = read_jsonl(tmp_path / "out" / "train_small.jsonl")
+    assert len(subset) == 7 and all(r in rows for r in subset)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["stage"] == "synthetic_gsm8k" and manifest["summary"] == summary
+
+    # Re-running a finished run asks the backend nothing and writes the same dataset; so does a run killed after
+    # each seed's last step was recorded but before its "done" record (the last line of every journal cut off).
+    for cut in (False, True):
+        if cut:
+            for path in (tmp_path / "out" / "journal").glob("*.jsonl"):
+                lines = path.read_text().splitlines(keepends=True)
+                assert json.loads(lines[-1])["event"] == "done"
+                path.write_text("".join(lines[:-1]))
+        again = ScriptedBackend()
+        assert run(args, backend=again) == summary and again.requests == 0
+        assert read_jsonl(tmp_path / "out" / "train.jsonl") == rows
+
+
+def entry_main():
+    """`main` of recipes/synthetic_gsm8k.py (the script shares its name with the package, so load it by path)."""
+    return runpy.run_path(str(ROOT / "recipes" / "synthetic_gsm8k.py"), run_name="entry")["main"]
+
+
+@needs_bwrap
+def test_openai_compatible_server_end_to_end_through_the_entry_point(tmp_path, capsys):
+    with OracleServer() as server:
+        argv = ["--config", str(ROOT / "recipes" / "synthetic_gsm8k" / "tiny.yaml"), "--base_url", server.url]
+        argv += ["--output_dir", str(tmp_path / "out"), "--target_per_seed", "10", "--cot_samples_per_request", "4"]
+        argv += ["--max_cot_rounds", "3", "--program_timeout", "2"]
+        summary = entry_main()(argv)
+    assert summary["seed_problems_solved"] == 6 and summary["programs_verified"] == 6
+    assert summary["samples_kept"] == 60 and summary["variants"] == 30
+    assert summary["rejections"] == {"solution_wrong_answer": 30}
+    assert "seed problems solved: 6 / 6" in capsys.readouterr().out
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tmp_path / "out" / "train.parquet")
+    assert table.num_rows == 60
+    assert set(table.column_names) >= {"messages", "seed_id", "parameters", "answer", "program_sha256"}
+    assert table.column("messages")[0].as_py()[0]["role"] == "user"
+    cot = [body for body in server.log if len(body["messages"]) > 1]
+    assert cot and all(b["n"] == 4 and b["model"] == "Qwen/Qwen2.5-0.5B-Instruct" and "seed" in b for b in cot)
+    assert len(cot[0]["messages"]) == 17  # 8 worked examples (user + assistant) + the question
+
+
+def test_entry_point_rejects_bad_input_before_work(tmp_path, capsys):
+    main = entry_main()
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text("seeds: x.jsonl\ntarget_per_sed: 3\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--config", str(recipe)])
+    assert exit_info.value.code == 2
+    assert "bad.yaml:2: unknown key 'target_per_sed'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--seeds", str(tmp_path / "missing.jsonl"), "--output_dir", str(tmp_path / "o")])
+    assert "does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--seeds", str(SEEDS), "--sandbox", "none"])
+    assert "sandbox must be bwrap or rlimits-only" in capsys.readouterr().err
+
+
+def _journal_lines(folder: Path) -> int:
+    return sum(len(p.read_bytes().splitlines()) for p in folder.glob("*.jsonl")) if folder.is_dir() else 0
+
+
+@needs_bwrap
+def test_resume_after_sigkill_gives_the_same_dataset(tmp_path):
+    with OracleServer(delay=0.01) as server:
+        common = dict(seeds=str(SEEDS), base_url=server.url, model="oracle", max_concurrency=2, chunk_size=2, **SMALL)
+        reference = tmp_path / "reference"
+        run(SyntheticArgs(output_dir=str(reference), **common))
+        reference_requests = len(server.log)
+
+        resumed = tmp_path / "resumed"
+        script = (
+            "import json, sys\nfrom recipes.synthetic_gsm8k.run import SyntheticArgs, run\n"
+            "run(SyntheticArgs(**json.loads(sys.argv[1])))\n"
+        )
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        child = subprocess.Popen(
+            [sys.executable, "-c", script, json.dumps({**common, "output_dir": str(resumed)})],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while _journal_lines(resumed / "journal") < 12 and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        assert child.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+        assert not (resumed / "train.parquet").exists() and not (resumed / "manifest.json").exists()
+        killed_at = _journal_lines(resumed / "journal")
+        requests_before = len(server.log)
+        run(SyntheticArgs(output_dir=str(resumed), **common))
+        resumed_requests = len(server.log) - requests_before
+    assert (resumed / "train.parquet").read_bytes() == (reference / "train.parquet").read_bytes()
+    assert json.loads((resumed / "summary.json").read_text()) == json.loads((reference / "summary.json").read_text())
+    # Nothing finished was redone: the journals hold each step once, and the resumed run asked for less.
+    for path in (resumed / "journal").glob("*.jsonl"):
+        events = [json.loads(line) for line in path.read_text().splitlines()]
+        keys = [(e["event"], e.get("round")) for e in events]
+        assert len(keys) == len(set(keys)), f"{path.name} repeats a step"
+    assert killed_at > 0 and resumed_requests < reference_requests
+
+
+@needs_bwrap
+def test_settings_change_refused_on_resume(tmp_path):
+    out = tmp_path / "out"
+    args = SyntheticArgs(seeds=str(SEEDS), output_dir=str(out), max_seeds=1, **SMALL)
+    run(args, backend=ScriptedBackend())
+    import fcntl
+
+    with open(out / ".lock", "w") as held:  # another run holds the folder
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(RecipeError, match="another run is using"):
+            run(args, backend=ScriptedBackend())
+    with pytest.raises(RecipeError, match="different settings.*target_per_seed"):
+        run(SyntheticArgs(seeds=str(SEEDS), output_dir=str(out), max_seeds=1, **{**SMALL, "target_per_seed": 5}))
+
+
+def test_missing_bubblewrap_fails_closed_before_any_generation(tmp_path, monkeypatch):
+    monkeypatch.setattr(sandbox_module.shutil, "which", lambda name: None)
+    backend = ScriptedBackend()
+    with pytest.raises(RecipeError, match="bubblewrap"):
+        run(SyntheticArgs(seeds=str(SEEDS), output_dir=str(tmp_path / "out"), **SMALL), backend=backend)
+    assert backend.requests == 0
