@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from recipes import bench_collectives
 from recipes.systems.collectives import bus_factor, parse_size, size_sweep
@@ -58,6 +59,21 @@ def test_gloo_runs_2_and_4_processes_are_correct_and_write_csv_json_plot(tmp_pat
         _, stderr = process.communicate(timeout=300)
         assert process.returncode == 0, stderr[-3000:]
         check_outputs(tmp_path / str(world), world)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU for NCCL/RCCL")
+def test_nccl_run_on_the_visible_gpus(tmp_path):
+    world = min(torch.cuda.device_count(), 8)
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
+        str(ROOT / "recipes" / "bench_collectives.py"), "--sizes", "1K", "16K", "--dtype", "bfloat16",
+        "--warmup", "1", "--iters", "2", "--output_dir", str(tmp_path),
+    ]  # fmt: skip
+    done = subprocess.run(command, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = list(csv.DictReader(open(tmp_path / "results.csv")))
+    assert rows and all(row["backend"] == "nccl" and row["correct"] == "True" for row in rows)
 
 
 def check_outputs(out, world):

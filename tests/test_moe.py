@@ -61,7 +61,6 @@ def plugins(model, recipe, enabled):
     return callbacks
 
 
-@pytest.mark.slow
 def test_zaya_controller_balances_expert_load_and_loss_goes_down(tmp_path):
     runs = {}
     for on in (False, True):
@@ -91,7 +90,6 @@ def test_controller_update_raises_underloaded_experts():
     assert biases.tolist() == [-0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, -0.5, -1.0]
 
 
-@pytest.mark.slow
 def test_olmoe_router_z_loss_and_load_logging(tmp_path):
     model, recipe = recipe_model("tiny_olmoe.yaml", vocab_size=128)
     batch = progressions(128, rows=2).with_format("torch")[:]
