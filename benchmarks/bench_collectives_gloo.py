@@ -57,8 +57,8 @@ def main():
         ratio = four["busbw_gbps"] / two["busbw_gbps"]
         ok = "yes" if two["correct"] and four["correct"] else "NO"
         lines.append(
-            f"| {key[0]} | {human(key[1])} | {two['time_us']:.0f} | {two['busbw_gbps']:.3f} | {four['time_us']:.0f} | "
-            f"{four['busbw_gbps']:.3f} | {ratio:.2f} | {ok} |"
+            f"| {key[0]} | {human(key[1])} | {two['time_us']:.0f} | {two['busbw_gbps']:.4g} | {four['time_us']:.0f} | "
+            f"{four['busbw_gbps']:.4g} | {ratio:.2f} | {ok} |"
         )
     body = (
         "gloo over loopback TCP on a shared 2-core CPU machine (other jobs running), float32, nccl-tests busbw "

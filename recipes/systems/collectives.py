@@ -276,7 +276,7 @@ def markdown_table(results: list[Result]) -> str:
     lines = ["| collective | size | time (us) | algbw (GB/s) | busbw (GB/s) | correct |", "|---|---|---|---|---|---|"]
     for r in results:
         lines.append(
-            f"| {r.collective} | {human(r.size_bytes)} | {r.time_us:.1f} | {r.algbw_gbps:.3f} | {r.busbw_gbps:.3f} "
+            f"| {r.collective} | {human(r.size_bytes)} | {r.time_us:.1f} | {r.algbw_gbps:.4g} | {r.busbw_gbps:.4g} "
             f"| {'yes' if r.correct else 'NO'} |"
         )
     return "\n".join(lines)
