@@ -56,6 +56,13 @@ def test_reshape_4_to_2_to_1_and_hf_export_keep_every_tensor(checkpoints, tmp_pa
         # dim-0 sharded like fully_shard on that many ranks: a [96, 32] embedding is stored in `writers` chunks
         assert len(metadata.state_dict_metadata["model.model.embed_tokens.weight"].chunks) == writers
         assert_equal_to_reference(checkpoints[name], reference)
+    # A fresh 2-way fully_shard model + AdamW resumed from the 2-writer checkpoint holds exactly the original state.
+    resumed = torch.load(str(checkpoints["reference"]).replace(".pt", "_resumed_m2.pt"), weights_only=False)
+    for name, tensor in reference["model"].items():
+        assert torch.equal(resumed["model"][name], tensor), name
+    for name, state in reference["optim"]["state"].items():
+        for key, value in state.items():
+            assert torch.equal(torch.as_tensor(resumed["optim"]["state"][name][key]), torch.as_tensor(value))
     assert writer_count(read_metadata(m1)) == 1
     assert_equal_to_reference(m1, reference)
 
