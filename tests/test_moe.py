@@ -1,5 +1,6 @@
 """MoE plugins: ZAYA balancing-bias controller, OLMoE router z-loss, per-expert load logging (tiny CPU runs)."""
 
+import importlib
 from pathlib import Path
 
 import pytest
@@ -8,8 +9,9 @@ import yaml
 from datasets import Dataset
 from transformers import AutoConfig, AutoModelForCausalLM, Trainer, TrainingArguments
 
-from recipes.training import moe
+from recipes.training import moe, throughput
 from recipes.training.args import RecipeError
+from recipes.training.flops import count_params, flops_per_token
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "zaya1"
 
@@ -53,11 +55,10 @@ def train(model, callbacks, tmp_path, steps=20):
 
 def plugins(model, recipe, enabled):
     callbacks = []
-    for path in recipe["plugins"]:
+    for path in recipe["plugins"]:  # how pretrain.py calls them: "package.module:function"
         module, name = path.split(":")
-        assert module == "recipes.training.moe"
         if name in enabled:
-            callbacks += getattr(moe, name)(model, recipe["plugin_args"])
+            callbacks += getattr(importlib.import_module(module), name)(model, recipe["plugin_args"])
     return callbacks
 
 
@@ -96,6 +97,7 @@ def test_olmoe_router_z_loss_and_load_logging(tmp_path):
     model.train()
     plain = model(**batch).loss
     callbacks = plugins(model, recipe, {"router_z_loss", "expert_load_logging"})
+    callbacks += throughput.mfu_logging(model, {"mfu_peak": 1e12})
     z_loss = next(cb.z_loss for cb in callbacks if isinstance(cb, moe.RouterZLossLoggingCallback))
     with_z = model(**batch).loss
     # Exactly coef x mean over layers of mean(logsumexp(router logits)^2), on top of CE + Switch aux loss.
@@ -107,10 +109,15 @@ def test_olmoe_router_z_loss_and_load_logging(tmp_path):
     assert logs[-1]["loss"] < logs[0]["loss"] - 0.5
     assert "moe/router_z_loss" in logs[-1] and "moe/l1/e7" in logs[-1]
     assert sum(logs[-1][f"moe/l1/e{e}"] for e in range(8)) == pytest.approx(1.0, abs=1e-4)
+    # MFU from the logged throughput with active parameters only (top-2 of 8 experts), at the batch's length 32.
+    flops = flops_per_token(model.config, 32, count_params(model))
+    assert logs[-1]["perf/mfu"] == pytest.approx(logs[-1]["perf/tokens_per_second"] * flops / 1e12, rel=1e-3)
 
 
 def test_bad_plugin_args_and_dense_model_are_clear_errors():
     model, _ = recipe_model("tiny_zaya.yaml", num_hidden_layers=1)
+    with pytest.raises(RecipeError, match="mfu_peak"):
+        throughput.mfu_logging(model, {"mfu_peak": "TPUv9"})
     with pytest.raises(RecipeError, match="zaya_bias_gain"):
         moe.zaya_bias_controller(model, {"zaya_bias_gain": -1})
     with pytest.raises(RecipeError, match="zaya_bias_update"):
@@ -134,6 +141,6 @@ def test_cluster_recipes_build_and_state_hardware_first(name):
     config = AutoConfig.for_model(fields.pop("model_type"), **fields)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
-    callbacks = plugins(model, recipe, {"zaya_bias_controller", "router_z_loss", "expert_load_logging"})
-    assert len(callbacks) == 2
+    callbacks = plugins(model, recipe, {"zaya_bias_controller", "router_z_loss", "expert_load_logging", "mfu_logging"})
+    assert len(callbacks) == 3 and callbacks[-1].peak == 1307e12
     assert recipe["per_device_train_batch_size"] * recipe["gradient_accumulation_steps"] * 128 == 1024
