@@ -1,7 +1,9 @@
 """Collective microbenchmarks (all-reduce, reduce-scatter, all-gather, broadcast, all-to-all), nccl-tests style.
 
     torchrun --nproc_per_node 8 recipes/bench_collectives.py --output_dir runs/bench/8gpu
-    accelerate launch --num_processes 4 --cpu recipes/bench_collectives.py --backend gloo --max_bytes 16M
+    accelerate launch --multi_gpu --num_processes 8 recipes/bench_collectives.py --max_bytes 1G
+    torchrun --standalone --nproc_per_node 4 recipes/bench_collectives.py --backend gloo --max_bytes 16M   # CPU
+    python recipes/bench_collectives.py --backend gloo     # one process (a world of 1: latency floor only)
 
 Every rank runs the sweep; rank 0 prints one line per (collective, size) and writes results.csv, results.json and
 busbw.png into `output_dir`. Sizes: `--sizes 1K 64K 1M` or a sweep `--min_bytes 1K --max_bytes 1G --step_factor 2`.
@@ -34,8 +36,6 @@ class BenchArguments:
 
 
 def _init(backend: str) -> torch.device:
-    if "RANK" not in os.environ:
-        raise RecipeError("launch with torchrun or accelerate launch (no RANK in the environment)")
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend not in ("gloo", "nccl"):
@@ -47,7 +47,10 @@ def _init(backend: str) -> torch.device:
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    if "RANK" in os.environ:
+        dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    else:  # not launched by torchrun / accelerate: a world of one process
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     return device
 
 

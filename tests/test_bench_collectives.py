@@ -94,3 +94,14 @@ def check_outputs(out, world):
     assert len(json.loads((out / "results.json").read_text())) == 10
     png = (out / "busbw.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 5000
+
+
+def test_single_process_without_launcher(tmp_path, monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    bench_collectives.main(
+        ["--backend", "gloo", "--sizes", "1K", "--warmup", "0", "--iters", "1", "--output_dir", str(tmp_path)]
+    )
+    rows = list(csv.DictReader(open(tmp_path / "results.csv")))
+    assert len(rows) == 5 and all(row["correct"] == "True" and row["world_size"] == "1" for row in rows)
+    assert all(float(row["busbw_gbps"]) == 0.0 for row in rows if row["collective"] != "broadcast")  # (n-1)/n = 0
