@@ -183,18 +183,27 @@ class ZayaBiasController(TrainerCallback):
         self.monitor = monitor
         self.gain = gain
         self.mode = mode
-        self.biases = [module.balancing_biases for _, module, _ in monitor.routers]
+        # The routers, not their buffers: `model.to(device)` (the Trainer, FSDP) replaces buffer tensors.
+        self.routers = [module for _, module, _ in monitor.routers]
+        # fp32 masters: with a bf16 model the buffers are bf16, whose ulp near 0.1 (5e-4) would swallow small steps.
+        # Made at the first update (after any checkpoint load) and re-read whenever the buffer was changed elsewhere.
+        self.masters: list[torch.Tensor | None] = [None] * len(self.routers)
 
     def update(self, counts: torch.Tensor) -> None:
         num_experts = self.monitor.num_experts
         fractions = load_fractions(counts, num_experts)
         error = 1.0 / num_experts - fractions  # > 0: under-loaded, raise its bias
         step = torch.sign(error) if self.mode == "sign" else error * num_experts
-        for layer, bias in enumerate(self.biases):
+        for layer, router in enumerate(self.routers):
+            bias = router.balancing_biases
             if counts[layer, :num_experts].sum() == 0:
                 continue
+            master = self.masters[layer]
+            if master is None or master.device != bias.device or not torch.equal(master.to(bias.dtype), bias):
+                master = self.masters[layer] = bias.detach().float().clone()
+            master[:num_experts] += (self.gain * step[layer]).to(master.device, master.dtype)
             with torch.no_grad():
-                bias[:num_experts] += (self.gain * step[layer]).to(bias.device, bias.dtype)
+                bias.copy_(master)
 
     def on_step_end(self, args, state, control, **kwargs):
         self.update(self.monitor.take_step_counts())
