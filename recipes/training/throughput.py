@@ -63,7 +63,7 @@ class ThroughputCallback(TrainerCallback):
         extra = {"perf/tokens_per_second": round(rate, 1), "perf/tokens_per_second_per_device": round(rate / world, 1)}
         if self.peak and self.seq_len:
             flops = flops_per_token(self.config, self.seq_len, self.counts)
-            extra["perf/mfu"] = round(rate * flops / (self.peak * world), 5)
+            extra["perf/mfu"] = float(f"{rate * flops / (self.peak * world):.6g}")
         self.start, self.tokens = now, 0
         logs.update(extra)
         if state.log_history and state.log_history[-1].get("step") == state.global_step:
