@@ -171,10 +171,11 @@ def reshard(
     if distributed and dist.get_backend(group) == "nccl":
         device = torch.device("cuda", torch.cuda.current_device())
     target = _empty_target(metadata, group, device)
-    kwargs = {"process_group": group} if distributed else {"no_dist": True}
-    dcp.load(target, checkpoint_id=str(source), **_load_kwargs(kwargs))
+    # Without a process group DCP runs single-process by itself (one writer).
+    kwargs = {"process_group": group} if distributed else {}
+    dcp.load(target, checkpoint_id=str(source), **kwargs)
     nested = unflatten_state_dict(target, metadata.planner_data) if metadata.planner_data else target
-    dcp.save(nested, checkpoint_id=str(partial), **_load_kwargs(kwargs))
+    dcp.save(nested, checkpoint_id=str(partial), **kwargs)
     if distributed:
         dist.barrier(group)
     if rank == 0:
@@ -184,12 +185,6 @@ def reshard(
     if distributed:
         dist.barrier(group)
     return destination
-
-
-def _load_kwargs(kwargs: dict) -> dict:
-    # dcp.load/save take `no_dist` in torch 2.13 only through the deprecated *_state_dict functions; with no process
-    # group initialised they already run single-process, so drop it.
-    return {k: v for k, v in kwargs.items() if k != "no_dist"}
 
 
 def export_hf(
