@@ -19,6 +19,7 @@ from recipes.post_training.checks import prepare_dpo_dataset
 from recipes.post_training.mixture import build_mixture
 from recipes.post_training.run import (
     PostTrainArgs,
+    cap_rows,
     check_launch,
     load_model,
     load_tokenizer_with_template,
@@ -48,6 +49,7 @@ def build_trainer(args, training_args, model_args):
     mixture, sources = build_mixture(
         args.sources, seed=training_args.seed, num_proc=training_args.dataset_num_proc, default_converter="preference"
     )
+    mixture = cap_rows(mixture, args)
     train, report = prepare_dpo_dataset(
         mixture, tokenizer, training_args.max_length, args.overlong, training_args.dataset_num_proc
     )

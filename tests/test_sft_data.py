@@ -11,6 +11,8 @@ from recipes.post_training.mixture import build_mixture
 from recipes.post_training.template import IGNORE_INDEX, install_chat_template
 from recipes.training.args import RecipeError, parse_recipe
 
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+
 U = {"role": "user", "content": "What is 2 + 3?"}
 A = {"role": "assistant", "content": "2 + 3 = 5. The answer is 5."}
 
@@ -151,7 +153,9 @@ def test_dpo_bad_pairs_are_skipped_and_counted(tok):
 
 
 @pytest.mark.parametrize(
-    "path", sorted(Path("recipes").glob("*/sft*.yaml")) + sorted(Path("recipes").glob("*/dpo*.yaml"))
+    "path",
+    sorted(RECIPES.glob("*/sft*.yaml")) + sorted(RECIPES.glob("*/dpo*.yaml")),
+    ids=lambda p: f"{p.parent.name}/{p.name}",
 )
 def test_recipes_parse(path):
     from trl import DPOConfig, ModelConfig, SFTConfig
