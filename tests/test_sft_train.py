@@ -15,6 +15,7 @@ from recipes.post_training.template import install_chat_template
 from recipes.post_training.tiny_eval import arithmetic_scores
 from recipes.training.args import parse_recipe
 from recipes.training.manifest import read_manifest
+from recipes.training.optim import olmo_lr_factor
 
 TINY_SFT = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "sft.yaml")
 
@@ -41,8 +42,14 @@ def test_tiny_sft_learns_the_answer_format(tiny_model_dir, tmp_path):
 
     sft.main(["--config", TINY_SFT, "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out)])
 
-    losses = [h["loss"] for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in h]
+    state = json.loads((out / "trainer_state.json").read_text())
+    losses = [h["loss"] for h in state["log_history"] if "loss" in h]
     assert losses[-1] < 0.5 * losses[0]
+    # the OLMo schedule from the recipe (warmup from 0.1 x peak over 5 steps, linear down to 0.001 x peak)
+    for h in (h for h in state["log_history"] if "learning_rate" in h):
+        factor = olmo_lr_factor(h["step"] - 1, warmup_steps=5, total_steps=state["max_steps"], decay="linear",
+                                alpha_f=0.001)  # fmt: skip
+        assert h["learning_rate"] == pytest.approx(3e-3 * factor, rel=1e-4)
     manifest = read_manifest(out)
     assert manifest["stage"] == "sft" and manifest["data"]["kept"] == 424 and manifest["data"]["skipped"] == {}
     saved = load_tokenizer(out)  # the output folder renders the Instella template on its own
