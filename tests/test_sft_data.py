@@ -173,3 +173,21 @@ def test_recipes_parse(path):
         assert model_args.lora_target_modules == [
             "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"
         ]  # fmt: skip
+
+
+def test_bad_data_stops_the_recipe_before_any_output(tiny_model_dir, tmp_path, capsys):
+    from recipes import sft
+
+    bad = tmp_path / "bad.jsonl"
+    Dataset.from_list([{"messages": [U]}, {"messages": [{"role": "tool", "content": "x"}, A]}]).to_json(bad)
+    recipe = tmp_path / "sft.yaml"
+    recipe.write_text(
+        f"# test\nmodel_name_or_path: {tiny_model_dir}\noutput_dir: {tmp_path / 'out'}\nsources:\n"
+        f"  - {{path: {bad}}}\nreport_to: none\nbf16: false\n"
+    )
+    with pytest.raises(SystemExit) as err:
+        sft.main(["--config", str(recipe)])
+    assert err.value.code == 2
+    message = capsys.readouterr().err
+    assert "error: [sft data] 2 rows: kept 0" in message and "no assistant turn: 1" in message
+    assert "unknown role: 1" in message and not (tmp_path / "out" / "manifest.json").exists()
