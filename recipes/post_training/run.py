@@ -58,6 +58,7 @@ def load_model(model_args):
         raise RecipeError(f"model folder {path} does not exist: run the previous stage or fix model_name_or_path")
     if Path(path).exists() and not (Path(path) / "config.json").is_file():
         raise RecipeError(f"{path} has no config.json: it is not a model folder (did the previous stage finish?)")
+    note_input(model_args)
     dtype = getattr(torch, model_args.dtype) if model_args.dtype not in (None, "auto") else model_args.dtype
     return AutoModelForCausalLM.from_pretrained(
         path, dtype=dtype, attn_implementation=model_args.attn_implementation, revision=model_args.model_revision
@@ -115,6 +116,16 @@ def save_outputs(trainer, model_args, args: PostTrainArgs, recipe: str | None, s
 def read_manifest_safe(model_args) -> dict | None:
     path = model_args.model_name_or_path
     return read_manifest(path) if path and Path(path).is_dir() else None
+
+
+def note_input(model_args) -> None:
+    """Say where the input comes from: a finished stage of this project (its manifest) or any other HF folder."""
+    manifest = read_manifest_safe(model_args)
+    if manifest:
+        stage, finished = manifest.get("stage"), manifest.get("finished_at")
+        print(f"input {model_args.model_name_or_path}: stage '{stage}' finished {finished}")
+    elif Path(model_args.model_name_or_path or "").is_dir():
+        print(f"input {model_args.model_name_or_path}: no manifest.json (not made by this project's pipeline)")
 
 
 def merge_adapter(base_path: str, adapter_dir: Path, output_dir: Path) -> None:
