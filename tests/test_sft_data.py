@@ -191,3 +191,17 @@ def test_bad_data_stops_the_recipe_before_any_output(tiny_model_dir, tmp_path, c
     message = capsys.readouterr().err
     assert "error: [sft data] 2 rows: kept 0" in message and "no assistant turn: 1" in message
     assert "unknown role: 1" in message and not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_sources_and_policies_from_the_command_line(tmp_path):
+    from trl import ModelConfig, SFTConfig
+
+    from recipes.sft import SFTRecipeArgs
+
+    common = ["--output_dir", str(tmp_path), "--bf16", "false"]
+    args, _, _ = parse_recipe(
+        [SFTRecipeArgs, SFTConfig, ModelConfig], ["--sources", "{path: a.jsonl, repeat: 2}", "b.jsonl", *common]
+    )
+    assert args.sources == [{"path": "a.jsonl", "repeat": 2}, {"path": "b.jsonl"}]
+    with pytest.raises(RecipeError, match="overlong must be one of"):
+        parse_recipe([SFTRecipeArgs, SFTConfig, ModelConfig], ["--overlong", "cut", *common])

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+import yaml
 from transformers import AutoModelForCausalLM
 from transformers.trainer_utils import get_last_checkpoint
 
@@ -16,6 +17,7 @@ from recipes.training.args import RecipeError, check_global_batch
 from recipes.training.checks import check_tokenizer_fits
 from recipes.training.manifest import file_digest, read_manifest, write_manifest
 
+from .checks import OVERLONG_POLICIES
 from .template import install_chat_template
 
 INSTELLA_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -26,7 +28,9 @@ class PostTrainArgs:
     """Recipe fields of both post-training stages (TRL's SFTConfig/DPOConfig and ModelConfig hold the rest; the
     LoRA block is ModelConfig's `use_peft`, `lora_r`, `lora_alpha`, `lora_dropout`, `lora_target_modules`)."""
 
-    sources: list[dict] = field(default_factory=list, metadata={"help": "Data sources (see mixture.py)."})
+    # Typed as strings so the command line can give them too (`--sources '{path: a.jsonl, repeat: 2}' b.jsonl`);
+    # YAML mappings from the recipe file arrive as dicts and are kept.
+    sources: list[str] = field(default_factory=list, metadata={"help": "Data sources: YAML mappings or paths."})
     tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Default: the input model's folder."})
     template_path: str | None = field(default=None, metadata={"help": "Chat template file; default: Instella's."})
     global_batch_size: int | None = field(default=None, metadata={"help": "Checked against the launch if set."})
@@ -34,6 +38,20 @@ class PostTrainArgs:
     max_skip_fraction: float = field(default=0.01, metadata={"help": "Error if more rows than this are skipped."})
     merge_lora: bool = field(default=True, metadata={"help": "With LoRA: merge into full weights in output_dir."})
     max_samples: int | None = field(default=None, metadata={"help": "Use only the first N mixed rows (smoke runs)."})
+
+    def __post_init__(self):
+        self.sources = [_parse_source(s) for s in self.sources]
+        if self.overlong not in OVERLONG_POLICIES:
+            raise ValueError(f"overlong must be one of {OVERLONG_POLICIES}, not '{self.overlong}'")
+        if not 0 <= self.max_skip_fraction <= 1:
+            raise ValueError(f"max_skip_fraction must be in [0, 1], not {self.max_skip_fraction}")
+
+
+def _parse_source(source) -> dict:
+    if isinstance(source, str):
+        parsed = yaml.safe_load(source)
+        return parsed if isinstance(parsed, dict) else {"path": source}
+    return source
 
 
 def load_tokenizer_with_template(args: PostTrainArgs, model_path: str):
