@@ -205,3 +205,14 @@ def test_sources_and_policies_from_the_command_line(tmp_path):
     assert args.sources == [{"path": "a.jsonl", "repeat": 2}, {"path": "b.jsonl"}]
     with pytest.raises(RecipeError, match="overlong must be one of"):
         parse_recipe([SFTRecipeArgs, SFTConfig, ModelConfig], ["--overlong", "cut", *common])
+
+
+def test_missing_input_model_is_a_clear_error(tmp_path, capsys):
+    from recipes import sft
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "sft.yaml"
+    with pytest.raises(SystemExit) as err:
+        sft.main(
+            ["--config", str(recipe), "--model_name_or_path", str(tmp_path / "nope"), "--output_dir", str(tmp_path)]
+        )
+    assert err.value.code == 2 and "does not exist" in capsys.readouterr().err

@@ -54,7 +54,11 @@ def _parse_source(source) -> dict:
     return source
 
 
-def load_tokenizer_with_template(args: PostTrainArgs, model_path: str):
+def load_tokenizer_with_template(args: PostTrainArgs, model_args):
+    """The tokenizer (its own path, else the input model's folder) with the Instella chat template installed."""
+    model_path = model_args.model_name_or_path
+    if not args.tokenizer_name_or_path:
+        check_model_path(model_args)
     tokenizer = load_tokenizer(args.tokenizer_name_or_path or model_path)
     return install_chat_template(tokenizer, args.template_path)
 
@@ -66,8 +70,8 @@ def cap_rows(dataset, args: PostTrainArgs):
     return dataset
 
 
-def load_model(model_args):
-    """The input model (any HF folder or Hub id with an Instella or other causal LM) in `model_args.dtype`."""
+def check_model_path(model_args) -> None:
+    """A clear error before any work when the input model folder is missing or is not a model folder."""
     path = model_args.model_name_or_path
     if not path:
         raise RecipeError("model_name_or_path is not set: point it at the previous stage's output folder")
@@ -77,6 +81,12 @@ def load_model(model_args):
     if Path(path).exists() and not (Path(path) / "config.json").is_file():
         raise RecipeError(f"{path} has no config.json: it is not a model folder (did the previous stage finish?)")
     note_input(model_args)
+
+
+def load_model(model_args):
+    """The input model (any HF folder or Hub id with an Instella or other causal LM) in `model_args.dtype`."""
+    check_model_path(model_args)
+    path = model_args.model_name_or_path
     dtype = getattr(torch, model_args.dtype) if model_args.dtype not in (None, "auto") else model_args.dtype
     return AutoModelForCausalLM.from_pretrained(
         path, dtype=dtype, attn_implementation=model_args.attn_implementation, revision=model_args.model_revision
