@@ -1,5 +1,6 @@
 """SFT/DPO data: source converters, the mixture's upsampling, stage-2 text, and the bad-input policy with counts."""
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ A = {"role": "assistant", "content": "2 + 3 = 5. The answer is 5."}
 
 @pytest.fixture(scope="module")
 def tok(tiny_tokenizer):
-    return install_chat_template(tiny_tokenizer)
+    return install_chat_template(copy.deepcopy(tiny_tokenizer))  # the session fixture stays untouched
 
 
 def test_mmlu_auxiliary_train_shuffles_options_and_keeps_the_answer():
