@@ -38,9 +38,14 @@ class PostTrainArgs:
     max_skip_fraction: float = field(default=0.01, metadata={"help": "Error if more rows than this are skipped."})
     merge_lora: bool = field(default=True, metadata={"help": "With LoRA: merge into full weights in output_dir."})
     max_samples: int | None = field(default=None, metadata={"help": "Use only the first N mixed rows (smoke runs)."})
+    cpu_threads: int | None = field(
+        default=None, metadata={"help": "torch CPU threads (tiny CPU runs); default: torch's."}
+    )
 
     def __post_init__(self):
         self.sources = [_parse_source(s) for s in self.sources]
+        if self.cpu_threads:  # tiny models: thread sync costs more than a second core gains
+            torch.set_num_threads(self.cpu_threads)
         if self.overlong not in OVERLONG_POLICIES:
             raise ValueError(f"overlong must be one of {OVERLONG_POLICIES}, not '{self.overlong}'")
         if not 0 <= self.max_skip_fraction <= 1:
