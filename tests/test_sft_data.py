@@ -217,3 +217,34 @@ def test_missing_input_model_is_a_clear_error(tmp_path, capsys):
             ["--config", str(recipe), "--model_name_or_path", str(tmp_path / "nope"), "--output_dir", str(tmp_path)]
         )
     assert err.value.code == 2 and "does not exist" in capsys.readouterr().err
+
+
+def test_instella_recipes_match_the_published_settings():
+    """SPEC.md section 2, SFT and DPO rows."""
+    from trl import DPOConfig, ModelConfig, SFTConfig
+
+    from recipes.dpo import DPORecipeArgs
+    from recipes.sft import SFTRecipeArgs
+
+    cpu = ["--bf16", "false"]
+    args, t, _ = parse_recipe(
+        [SFTRecipeArgs, SFTConfig, ModelConfig], ["--config", str(RECIPES / "instella-3b/sft.yaml"), *cpu]
+    )
+    assert (t.learning_rate, t.lr_scheduler_kwargs, t.warmup_steps, t.num_train_epochs) == (
+        1e-5,
+        {"alpha_f": 0.001},
+        500,
+        3,
+    )
+    assert str(t.lr_scheduler_type.value) == "linear" and t.weight_decay == 0.1 and t.max_grad_norm == 1.0
+    assert (t.adam_beta1, t.adam_beta2, t.adam_epsilon) == (0.9, 0.95, 1e-8)
+    assert args.global_batch_size == 128 and t.max_length == 4096 and t.pad_to_multiple_of == 4096 and not t.packing
+    converters_and_repeats = {(s["converter"], s.get("repeat", 1)) for s in args.sources}
+    assert converters_and_repeats == {("smoltalk", 1), ("openmathinstruct2", 1), ("tulu3_persona_if", 1),
+                                      ("mmlu_auxiliary_train", 1), ("o1_journey", 10)}  # fmt: skip
+    args, t, _ = parse_recipe(
+        [DPORecipeArgs, DPOConfig, ModelConfig], ["--config", str(RECIPES / "instella-3b/dpo.yaml"), *cpu]
+    )
+    assert (t.learning_rate, t.warmup_steps, t.weight_decay, t.num_train_epochs, t.beta) == (5e-7, 0.1, 0.0, 1, 5.0)
+    assert t.loss_type == ["dpo_norm"] and t.max_length == 2048 and t.gradient_checkpointing
+    assert args.global_batch_size == 128 == t.per_device_train_batch_size * t.gradient_accumulation_steps * 8
