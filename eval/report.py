@@ -181,7 +181,7 @@ def _parse_judge(items: list[str]) -> dict[str, float]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", required=True, help="instella_pretrain | instella_instruct | amd_llama_135m | tiny_world")
+    parser.add_argument("--suite", required=True, help="a suite of eval/published or tiny_world")
     parser.add_argument("--results", nargs="+", required=True, help="lm-eval result JSON files or output folders")
     parser.add_argument("--names", nargs="*", default=None, help="row names, in the order of --results")
     parser.add_argument("--judge", nargs="*", default=[], help="judge scores, e.g. AE2=17.5 MT-B=7.1 (instruct)")
