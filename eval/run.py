@@ -15,6 +15,7 @@ for their names only, since building them downloads the datasets.
 
 import argparse
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -43,45 +44,49 @@ def check_model_dir(path: str | Path):
     return config, tokenizer
 
 
-def task_manager(names: list[str]):
-    """A TaskManager over eval/tasks; lm-eval's own (slow to index) tasks only when a name needs them."""
+def _upstream_mentions(name: str) -> bool:
+    """Whether any of lm-eval's own task YAMLs mentions `name` (a cheap stand-in for indexing them all, which takes
+    15 s or more; the real CLI indexes them anyway)."""
+    import lm_eval
+
+    root = Path(lm_eval.__file__).resolve().parent / "tasks"
+    pattern = re.compile(rf"(^|[\s'\"\[,-]){re.escape(name)}($|[\s'\",\]])", re.MULTILINE)
+    return any(pattern.search(p.read_text(errors="ignore")) for p in root.rglob("*.yaml"))
+
+
+def split_tasks(names: list[str]):
+    """(TaskManager over eval/tasks, our names whose data is local, names left to lm-eval); unknown names raise."""
     from lm_eval.tasks import TaskManager
 
     ours = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
-    unknown = [n for n in names if n not in ours.all_tasks]
-    ours_only = all(ours.task_index[n].yaml_path is not None for n in names if n in ours.all_tasks)
-    if not unknown and ours_only and not _needs_upstream(ours, names):
-        return ours
-    full = TaskManager(include_path=str(TASKS_DIR))
-    unknown = [n for n in names if n not in full.all_tasks]
-    if unknown:
-        raise EvalInputError(
-            f"unknown task or group: {', '.join(unknown)}; our suites: "
-            + ", ".join(sorted(n for n in ours.all_groups))
-            + " (or any `lm_eval ls tasks` name)"
-        )
-    return full
+    local, upstream = [], []
+    for name in names:
+        if name in ours.all_tasks and not _needs_upstream(ours, name):
+            local.append(name)
+        elif name in ours.all_tasks or _upstream_mentions(name):
+            upstream.append(name)
+        else:
+            raise EvalInputError(
+                f"unknown task or group: {name}; our suites: {', '.join(ours.all_groups)} "
+                "(or any name `lm_eval ls tasks` lists)"
+            )
+    return ours, local, upstream
 
 
-def _needs_upstream(manager, names: list[str]) -> bool:
-    """Whether a group of ours references tasks that are only in lm-eval's own index (the online suites)."""
+def _needs_upstream(manager, name: str) -> bool:
+    """Whether one of our groups references tasks that exist only in lm-eval's own index (the online suites)."""
     from lm_eval.tasks._yaml_loader import load_yaml
 
-    for name in names:
-        entry = manager.task_index[name]
-        if entry.yaml_path is None:
-            continue
-        cfg = load_yaml(entry.yaml_path, resolve_func=False)
-        members = cfg.get("task") if "group" in cfg else []
-        for member in members if isinstance(members, list) else []:
-            ref = member if isinstance(member, str) else member.get("task") or member.get("group")
-            if ref not in manager.all_tasks:
-                return True
+    entry = manager.task_index[name]
+    if entry.yaml_path is None:
+        return False
+    cfg = load_yaml(entry.yaml_path, resolve_func=False)
+    members = cfg.get("task") if "group" in cfg else []
+    for member in members if isinstance(members, list) else []:
+        ref = member if isinstance(member, str) else member.get("task") or member.get("group")
+        if ref not in manager.all_tasks or _needs_upstream(manager, ref):
+            return True
     return False
-
-
-def _is_local(task) -> bool:
-    return task.config.custom_dataset is not None or task.config.dataset_path in ("json", "csv", "parquet", "text")
 
 
 def check_context(names, manager, config, tokenizer, num_fewshot=None, limit=None) -> int:
@@ -92,8 +97,6 @@ def check_context(names, manager, config, tokenizer, num_fewshot=None, limit=Non
     max_length = resolve_max_length(config, tokenizer)
     checked = 0
     for name, task in _leaf_tasks(get_task_dict(names, manager)):
-        if not _is_local(task):
-            continue
         if num_fewshot is not None:
             task.set_config(key="num_fewshot", value=num_fewshot)
         task.build_all_requests(limit=limit)
@@ -137,9 +140,10 @@ def lm_eval_command(args, extra: list[str]) -> list[str]:
 
 
 def preflight(model_dir, tasks, num_fewshot=None, limit=None) -> int:
+    """All checks; returns how many requests were checked against the context (local-data tasks only)."""
     config, tokenizer = check_model_dir(model_dir)
-    manager = task_manager(tasks)
-    return check_context(tasks, manager, config, tokenizer, num_fewshot, limit)
+    manager, local, _upstream = split_tasks(tasks)
+    return check_context(local, manager, config, tokenizer, num_fewshot, limit) if local else 0
 
 
 def main(argv=None) -> int:
