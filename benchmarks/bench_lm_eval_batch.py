@@ -96,7 +96,8 @@ def main(argv=None) -> int:
     )
     command = "python benchmarks/bench_lm_eval_batch.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     print(body)
-    print(f"recorded {record('lm_eval_batch', 'lm-eval loglikelihood throughput: batch_size auto vs 1', body, command.strip())}")
+    path = record("lm_eval_batch", "lm-eval loglikelihood throughput: batch_size auto vs 1", body, command.strip())
+    print(f"recorded {path}")
     return 0
 
 
