@@ -31,7 +31,7 @@ RUN_FILE = "run.json"
 # TrainingArguments that define a run (a different value in the same output_dir is a different run).
 _RUN_KEYS = (
     "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "max_steps", "num_train_epochs",
-    "per_device_train_batch_size", "gradient_accumulation_steps", "weight_decay", "adam_beta1", "adam_beta2",
+    "weight_decay", "adam_beta1", "adam_beta2",
     "adam_epsilon", "max_grad_norm", "seed", "data_seed", "optim",
 )  # fmt: skip
 
@@ -54,6 +54,7 @@ class PretrainArguments:
     model_dtype: str | None = field(default=None, metadata={"help": "Parameter dtype (default float32 masters)."})
     plugins: list[str] = field(default_factory=list, metadata={"help": "'package.module:function' import paths."})
     plugin_args: dict | str | None = field(default=None, metadata={"help": "Passed to every plugin."})
+    fsdp_reduce_dtype: str | None = field(default="float32", metadata={"help": "FSDP bf16: gradient reduce dtype."})
 
 
 def _as_dict(value, name: str) -> dict | None:
@@ -72,6 +73,8 @@ def run_identity(script: PretrainArguments, train: TrainingArguments, data_manif
     """What makes this run this run; compared against an existing output folder."""
     identity = {k: v for k, v in asdict(script).items() if k not in ("data_dir", "tokenizer")}
     identity.update({k: getattr(train, k) for k in _RUN_KEYS})
+    # the global batch, not its split: a run may resume on another world size (per-device x accum x world equal)
+    identity["global_batch"] = train.per_device_train_batch_size * train.gradient_accumulation_steps * train.world_size
     identity["lr_scheduler_type"] = str(getattr(train.lr_scheduler_type, "value", train.lr_scheduler_type))
     identity["data_fingerprint"] = data_manifest.get("fingerprint")
     identity["fingerprint"] = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
@@ -201,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         data_collator=default_data_collator,
         processing_class=tokenizer,
         callbacks=[preemption, *callbacks],
+        fsdp_reduce_dtype=script.fsdp_reduce_dtype,
     )
     nonfinite = NonFiniteCallback(trainer, script.max_consecutive_nonfinite)
     trainer.add_callback(nonfinite)

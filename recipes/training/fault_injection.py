@@ -36,14 +36,20 @@ def nan_loss(model, plugin_args: dict) -> list:
 
 
 class _Killer(TrainerCallback):
-    def __init__(self, step: int, sig: signal.Signals):
-        self.step, self.sig = step, sig
+    def __init__(self, step: int, sig: signal.Signals, once_file: str | None):
+        self.step, self.sig, self.once_file = step, sig, once_file
 
     def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step and int(os.environ.get("RANK", "0")) == 0:
-            os.kill(os.getpid(), self.sig)
+        if state.global_step != self.step or int(os.environ.get("RANK", "0")) != 0:
+            return
+        if self.once_file:  # fire in the first run only, so the resumed run (same recipe) goes through
+            if os.path.exists(self.once_file):
+                return
+            open(self.once_file, "w").close()
+        os.kill(os.getpid(), self.sig)
 
 
 def kill_at_step(model, plugin_args: dict) -> list:
+    """`plugin_args: {kill_step: N, kill_signal: KILL|TERM|USR1, once_file: path (optional)}`."""
     sig = getattr(signal, "SIG" + str(plugin_args.get("kill_signal", "KILL")).upper())
-    return [_Killer(int(plugin_args["kill_step"]), sig)]
+    return [_Killer(int(plugin_args["kill_step"]), sig, plugin_args.get("once_file"))]
