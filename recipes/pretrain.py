@@ -188,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     _check_fits(model.config, dataset, tokenizer)
     callbacks = load_plugins(script.plugins, model, script.plugin_args)
+    # Training needs no KV cache, and transformers derives the per-document mask from position_ids
+    # (document_masking) only when no cache is passed; the saved config gets use_cache back.
+    use_cache = getattr(model.config, "use_cache", None)
+    model.config.use_cache = False
 
     resume = resolve_resume(train.resume_from_checkpoint, output_dir)
     if resume is not None and not Path(resume).is_dir():
@@ -225,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pretrain: pre-empted; saved checkpoint-{trainer.state.global_step}. Rerun the same command to resume.")
         return 0
 
+    if use_cache is not None:
+        model.config.use_cache = use_cache
     trainer.save_model(str(output_dir))
     trainer.save_state()
     if trainer.is_world_process_zero():
