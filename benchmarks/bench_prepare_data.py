@@ -16,7 +16,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOKENIZER = Path(os.environ.get("INSTELLA_SHARED", ROOT.parent / "shared")) / "fixtures/tokenizers/olmo-gpt-neox-20b-pii-special.json"  # noqa: E501
+TOKENIZER = (
+    Path(os.environ.get("INSTELLA_SHARED", ROOT.parent / "shared"))
+    / "fixtures/tokenizers/olmo-gpt-neox-20b-pii-special.json"
+)  # noqa: E501
 
 
 def make_docs(n: int, seed: int = 0) -> list[str]:
