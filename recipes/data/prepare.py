@@ -235,10 +235,9 @@ def _stream(args, specs, loaded, tokenize, writer) -> dict:
     )
     used = [0] * len(specs)
     with tqdm(desc="tokenizing+packing (streaming)", unit="tok", unit_scale=True) as bar:
-        for batch in mixed.iter(batch_size=args.batch_size):
-            ids = batch["input_ids"]
-            flat = np.fromiter((t for doc in ids for t in doc), dtype=np.int64)
-            for src, n in zip(batch["source"], batch["num_tokens"]):
+        for batch in mixed.iter(batch_size=args.batch_size):  # Arrow tables (the stream is Arrow-formatted)
+            flat = batch.column("input_ids").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            for src, n in zip(batch.column("source").to_pylist(), batch.column("num_tokens").to_pylist()):
                 used[src] += n
             writer.add(flat)
             bar.update(len(flat))
