@@ -26,7 +26,7 @@ from recipes.data.packing import (
     token_dtype,
     write_shuffled,
 )
-from recipes.data.sources import SourceSpec, fingerprint, load_source
+from recipes.data.sources import SourceSpec, find_bad_json_line, fingerprint, load_source, local_files
 from recipes.data.tokenizer import load_tokenizer, train_bpe_tokenizer
 from recipes.training.args import RecipeError
 from recipes.training.manifest import file_digest, read_manifest, write_manifest
@@ -234,6 +234,18 @@ def _stream(args, specs, loaded, tokenize, writer) -> dict:
         lambda b: tokenize(b).append_column("source", b.column("source")), batched=True, batch_size=args.batch_size
     )
     used = [0] * len(specs)
+    try:
+        _drain(mixed, args, writer, used)
+    except RecipeError:
+        raise
+    except Exception as err:  # a bad line deep in a streamed file: name it if it is a local jsonl
+        files = [f for s in specs if s.path and (f := local_files(s))]
+        problem = find_bad_json_line([p for group in files for p in group])
+        raise RecipeError(problem or f"streaming the sources failed: {err}") from None
+    return {s.name: {"used": used[i]} for i, s in enumerate(specs)}
+
+
+def _drain(mixed, args, writer, used) -> None:
     with tqdm(desc="tokenizing+packing (streaming)", unit="tok", unit_scale=True) as bar:
         for batch in mixed.iter(batch_size=args.batch_size):  # Arrow tables (the stream is Arrow-formatted)
             flat = batch.column("input_ids").combine_chunks().flatten().to_numpy(zero_copy_only=False)
@@ -243,4 +255,3 @@ def _stream(args, specs, loaded, tokenize, writer) -> dict:
             bar.update(len(flat))
             if args.max_tokens and writer.tokens_in >= args.max_tokens:
                 break
-    return {s.name: {"used": used[i]} for i, s in enumerate(specs)}
