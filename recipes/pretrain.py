@@ -242,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if use_cache is not None:
         model.config.use_cache = use_cache
+    fsdp_plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
+    if fsdp_plugin is not None:
+        # checkpoints stay sharded (DCP, fast, reshapeable); the final model is one HF safetensors folder
+        fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
     trainer.save_model(str(output_dir))
     trainer.save_state()
     if trainer.is_world_process_zero():
