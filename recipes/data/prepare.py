@@ -205,7 +205,9 @@ def _in_memory(args, specs, loaded, tokenize, writer, num_proc) -> dict:
         offset += len(tok)
     order = np.concatenate(parts)
     rng.shuffle(order)
-    combined = datasets.concatenate_datasets(tokenized).flatten_indices()
+    combined = datasets.concatenate_datasets(tokenized)
+    if combined._indices is not None:  # only then does the Arrow table differ from the rows (a copy otherwise)
+        combined = combined.flatten_indices()
     with tqdm(total=len(order), desc="packing", unit="doc") as bar:
         write_shuffled(combined, order, writer, progress=bar)
     return {
