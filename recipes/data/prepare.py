@@ -46,7 +46,9 @@ class PrepareArguments:
     )
     seq_len: int = field(default=4096, metadata={"help": "Window length in tokens (4096 Instella, 2048 Llama-135m)."})
     seed: int = field(default=0, metadata={"help": "Seed of the document order and the up/down-sampling."})
-    num_proc: int | None = field(default=None, metadata={"help": "Tokenisation processes (default: all cores)."})
+    num_proc: int | None = field(
+        default=None, metadata={"help": "datasets.map processes (default 1: the tokenizer uses every core itself)."}
+    )
     batch_size: int = field(default=1000, metadata={"help": "Documents per tokenisation batch."})
     total_tokens: int | None = field(default=None, metadata={"help": "Mixture size for weights (default natural)."})
     streaming: bool = field(default=False, metadata={"help": "Stream sources (corpora larger than the disk cache)."})
@@ -125,7 +127,9 @@ def prepare(args: PrepareArguments) -> Path:
         )
         raise RecipeError(f"output_dir {out} exists and is {what}; pass --overwrite true or choose another output_dir")
 
-    num_proc = args.num_proc or os.cpu_count() or 1
+    # One process by default: the Rust tokenizer spreads each batch over all cores itself (measured 0.93 of the bare
+    # encode on 2 cores, vs 0.74-0.8 with 2 forked map processes); num_proc > 1 pays off on many-core CPU nodes.
+    num_proc = args.num_proc or 1
     loaded = [load_source(s, streaming=args.streaming, num_proc=num_proc) for s in specs]
     tokenizer = _get_tokenizer(args, [] if args.streaming else loaded)
     eos_id = tokenizer.eos_token_id
