@@ -20,6 +20,7 @@ import yaml
 
 from recipes.training.args import RecipeError, exit_on_recipe_error, parse_recipe
 from recipes.training.manifest import MANIFEST, file_digest, read_manifest, write_manifest
+from recipes.workflow.results import read_eval_results
 
 INDEX = "model.safetensors.index.json"
 HYPERPARAMETERS = (
@@ -87,39 +88,6 @@ def find_recipe(manifest: dict | None) -> str | None:
         if isinstance(value, str) and value.endswith((".yaml", ".yml")) and Path(value).is_file():
             return value
     return None
-
-
-def read_eval_results(paths: list[str]) -> list[dict]:
-    """Rows `{task, metric, value, stderr, n_shot}` from lm-eval result JSONs (files, or folders searched for
-    `results*.json`)."""
-    files = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            files += sorted(path.rglob("results*.json"))
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise RecipeError(f"eval_results: {path} does not exist")
-    rows = []
-    for file in files:
-        data = json.loads(file.read_text())
-        n_shot = data.get("n-shot", {})
-        for task, metrics in sorted(data.get("results", {}).items()):
-            for key, value in metrics.items():
-                name, _, filt = key.partition(",")
-                if name.endswith("_stderr") or name == "alias" or not isinstance(value, int | float):
-                    continue
-                stderr = metrics.get(f"{name}_stderr,{filt}")
-                rows.append(
-                    {
-                        "task": metrics.get("alias", task).strip(" -"),
-                        "metric": name if filt in ("", "none") else f"{name} ({filt})",
-                        "value": value,
-                        "stderr": stderr if isinstance(stderr, int | float) else None,
-                        "n_shot": n_shot.get(task),
-                    }
-                )
-    return rows
 
 
 # --- the model card ------------------------------------------------------------------------------------------------

@@ -137,7 +137,8 @@ def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False)
     output, status = pipeline.output_of(stage), stage_status(pipeline, stage)
     if status == "stale" or (output / MANIFEST).exists():
         shutil.rmtree(output)  # made by another recipe or input: start clean (entry points refuse foreign runs)
-    output.parent.mkdir(parents=True, exist_ok=True)
+    # A command that writes no manifest is not a project entry point; give it its folder (e.g. for --output x.json).
+    (output if not stage.writes_manifest else output.parent).mkdir(parents=True, exist_ok=True)
     argv = command_line(pipeline, stage)
     log = log_path(pipeline, stage)
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -147,6 +148,8 @@ def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False)
         "description": stage.description,
         "command": shlex.join(argv),
         "recipe": stage.recipe,
+        "inputs": stage.inputs,
+        "values": stage.values,
         "output": str(output),
         "log": str(log),
         "fingerprint": fingerprint(pipeline, stage),
