@@ -1,0 +1,155 @@
+"""Tokenise documents, mix sources, concatenate and cut fixed windows; the packed result on disk.
+
+Both published runs encode each document with no BOS and an EOS appended, concatenate everything and cut fixed
+windows (Instella 4096, AMD-Llama-135m 2048) with no document masking. The last partial window is dropped.
+
+On disk a prepared folder holds `tokens.bin` (raw little-endian uint16 when the vocabulary fits, else uint32, shape
+[num_windows, seq_len]), the tokenizer, and `manifest.json`. `PackedWindows` memory-maps it: workers and ranks share
+the page cache, and opening it costs nothing. A plain NumPy memmap is used rather than an Arrow dataset because the
+trainer only ever needs fixed-size rows by index.
+"""
+
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+TOKENS = "tokens.bin"
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.uint32)
+
+
+def make_tokenize_fn(tokenizer, eos_id: int):
+    """A batched `datasets.map` function over Arrow-formatted batches (`ds.with_format("arrow")`): text ->
+    `input_ids` (no BOS, EOS appended) and `num_tokens`, as an Arrow table.
+
+    It calls the Rust tokenizer's `encode_batch` directly and builds the Arrow column from one flat buffer, so that
+    per-document Python work stays at one list extension (the measured cost is in benchmarks/RESULTS.md)."""
+    backend = tokenizer.backend_tokenizer if hasattr(tokenizer, "backend_tokenizer") else tokenizer
+
+    def tokenize(batch: pa.Table) -> pa.Table:
+        texts = batch.column("text").to_pylist()
+        encodings = backend.encode_batch_fast(texts, add_special_tokens=False)
+        lengths = np.fromiter((len(e.ids) + 1 for e in encodings), dtype=np.int64, count=len(encodings))
+        offsets = np.zeros(len(encodings) + 1, dtype=np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = np.fromiter(
+            itertools.chain.from_iterable(itertools.chain(e.ids, (eos_id,)) for e in encodings),
+            dtype=np.int32,
+            count=int(offsets[-1]),
+        )
+        ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
+        return pa.table({"input_ids": ids, "num_tokens": pa.array(lengths)})
+
+    return tokenize
+
+
+def mixture_multipliers(natural: dict[str, int], weights: dict[str, float | None], repeats: dict[str, float | None],
+                        total_tokens: int | None = None) -> dict[str, float]:  # fmt: skip
+    """How many times each source's documents are used.
+
+    `repeat` is a direct multiplier (the authors' "upsample 10x"). `weight` is the source's share of the mixture's
+    tokens: with T the total (`total_tokens`, default the natural total), the source gets weight / sum(weights) x T
+    tokens, so a weight above its natural share upsamples (documents repeated) and below downsamples. Sources with
+    neither keep their natural count (multiplier 1); weighted sources share what the others leave of T.
+    """
+    out = {name: float(repeats[name]) if repeats.get(name) else 1.0 for name in natural}
+    weighted = [name for name in natural if weights.get(name)]
+    if weighted:
+        fixed = sum(natural[n] * out[n] for n in natural if n not in weighted)
+        total = total_tokens if total_tokens is not None else sum(natural.values())
+        budget = total - fixed
+        if budget <= 0:
+            raise ValueError(f"total_tokens {total} leaves nothing for the weighted sources {weighted}")
+        norm = sum(weights[n] for n in weighted)
+        for name in weighted:
+            out[name] = weights[name] / norm * budget / natural[name]
+    return out
+
+
+def repeat_indices(num_docs: int, multiplier: float, rng: np.random.Generator) -> np.ndarray:
+    """Indices of documents for a multiplier: floor(m) full copies plus a seeded random subset for the fraction."""
+    whole = int(math.floor(multiplier))
+    extra = int(round((multiplier - whole) * num_docs))
+    parts = [np.tile(np.arange(num_docs, dtype=np.int64), whole)]
+    if extra:
+        parts.append(np.sort(rng.choice(num_docs, size=extra, replace=False)))
+    return np.concatenate(parts)
+
+
+class WindowWriter:
+    """Append token ids; write every complete `seq_len` window to `tokens.bin`; drop the final partial one."""
+
+    def __init__(self, path: Path, seq_len: int, dtype: np.dtype):
+        self.path, self.seq_len, self.dtype = path, seq_len, dtype
+        self.handle = open(path, "wb")
+        self.carry = np.empty(0, dtype=dtype)
+        self.windows = 0
+        self.tokens_in = 0
+
+    def add(self, flat: np.ndarray) -> None:
+        self.tokens_in += len(flat)
+        buf = np.concatenate([self.carry, flat.astype(self.dtype, copy=False)])
+        n = len(buf) // self.seq_len
+        if n:
+            self.handle.write(buf[: n * self.seq_len].tobytes())
+            self.windows += n
+        self.carry = buf[n * self.seq_len :].copy()
+
+    def close(self) -> int:
+        self.handle.close()
+        return len(self.carry)  # tokens dropped at the end
+
+
+def write_shuffled(ds, order: np.ndarray, writer: WindowWriter, chunk: int = 65536, progress=None) -> None:
+    """Write the documents of `ds` (an Arrow-backed dataset with `input_ids`) in `order`, chunk by chunk, using
+    Arrow's `take` + `flatten` so the concatenation runs in C++."""
+    column = ds.data.column("input_ids")
+    for start in range(0, len(order), chunk):
+        idx = order[start : start + chunk]
+        taken = column.take(pa.array(idx))
+        flat = taken.combine_chunks().flatten() if isinstance(taken, pa.ChunkedArray) else taken.flatten()
+        writer.add(flat.to_numpy(zero_copy_only=False))
+        if progress is not None:
+            progress.update(len(idx))
+
+
+def position_ids_for(row: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """Positions that restart at 0 after every EOS, so a packed row acts as separate documents (transformers
+    builds a block-diagonal causal mask from such position_ids when no attention_mask is given)."""
+    n = row.shape[-1]
+    idx = torch.arange(n)
+    is_start = torch.zeros(n, dtype=torch.bool)
+    is_start[0] = True
+    is_start[1:] = row[:-1] == eos_id
+    starts = torch.where(is_start, idx, torch.zeros_like(idx))
+    return idx - torch.cummax(starts, dim=0).values
+
+
+class PackedWindows(torch.utils.data.Dataset):
+    """Fixed windows from a prepared folder, as `{input_ids, labels[, position_ids]}` (labels = input_ids; the
+    model shifts them)."""
+
+    def __init__(self, folder: str | Path, manifest: dict, document_masking: bool = False):
+        self.seq_len = int(manifest["seq_len"])
+        self.num_windows = int(manifest["num_windows"])
+        self.eos_id = int(manifest["eos_token_id"])
+        self.document_masking = document_masking
+        self.tokens = np.memmap(
+            Path(folder) / TOKENS, dtype=np.dtype(manifest["dtype"]), mode="r", shape=(self.num_windows, self.seq_len)
+        )
+
+    def __len__(self) -> int:
+        return self.num_windows
+
+    def __getitem__(self, i: int) -> dict:
+        ids = torch.from_numpy(self.tokens[i].astype(np.int64))
+        out = {"input_ids": ids, "labels": ids.clone()}
+        if self.document_masking:
+            out["position_ids"] = position_ids_for(ids, self.eos_id)
+        return out

@@ -1,0 +1,125 @@
+"""What `recipes/sft.py` and `recipes/dpo.py` share: the recipe fields beyond TRL's configs, loading the input model
+and tokenizer, and writing the output folder (model + tokenizer with the chat template, trainer_state.json, the data
+report, manifest.json last)."""
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM
+from transformers.trainer_utils import get_last_checkpoint
+
+import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
+from recipes.data.tokenizer import load_tokenizer
+from recipes.training.args import RecipeError, check_global_batch
+from recipes.training.checks import check_tokenizer_fits
+from recipes.training.manifest import file_digest, read_manifest, write_manifest
+
+from .template import install_chat_template
+
+INSTELLA_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass
+class PostTrainArgs:
+    """Recipe fields of both post-training stages (TRL's SFTConfig/DPOConfig and ModelConfig hold the rest; the
+    LoRA block is ModelConfig's `use_peft`, `lora_r`, `lora_alpha`, `lora_dropout`, `lora_target_modules`)."""
+
+    sources: list[dict] = field(default_factory=list, metadata={"help": "Data sources (see mixture.py)."})
+    tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Default: the input model's folder."})
+    template_path: str | None = field(default=None, metadata={"help": "Chat template file; default: Instella's."})
+    global_batch_size: int | None = field(default=None, metadata={"help": "Checked against the launch if set."})
+    overlong: str = field(default="truncate", metadata={"help": "Rows longer than max_length: truncate | drop."})
+    max_skip_fraction: float = field(default=0.01, metadata={"help": "Error if more rows than this are skipped."})
+    merge_lora: bool = field(default=True, metadata={"help": "With LoRA: merge into full weights in output_dir."})
+
+
+def load_tokenizer_with_template(args: PostTrainArgs, model_path: str):
+    tokenizer = load_tokenizer(args.tokenizer_name_or_path or model_path)
+    return install_chat_template(tokenizer, args.template_path)
+
+
+def load_model(model_args):
+    """The input model (any HF folder or Hub id with an Instella or other causal LM) in `model_args.dtype`."""
+    path = model_args.model_name_or_path
+    if not path:
+        raise RecipeError("model_name_or_path is not set: point it at the previous stage's output folder")
+    looks_like_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~"))
+    if not Path(path).exists() and not looks_like_hub_id:
+        raise RecipeError(f"model folder {path} does not exist: run the previous stage or fix model_name_or_path")
+    if Path(path).exists() and not (Path(path) / "config.json").is_file():
+        raise RecipeError(f"{path} has no config.json: it is not a model folder (did the previous stage finish?)")
+    dtype = getattr(torch, model_args.dtype) if model_args.dtype not in (None, "auto") else model_args.dtype
+    return AutoModelForCausalLM.from_pretrained(
+        path, dtype=dtype, attn_implementation=model_args.attn_implementation, revision=model_args.model_revision
+    )
+
+
+def check_launch(args: PostTrainArgs, training_args, model, tokenizer) -> None:
+    check_tokenizer_fits(model.config, tokenizer)
+    if args.global_batch_size:
+        check_global_batch(
+            args.global_batch_size,
+            training_args.per_device_train_batch_size,
+            training_args.gradient_accumulation_steps,
+            training_args.world_size,
+        )
+
+
+def resume_checkpoint(training_args) -> str | None:
+    """An explicit `resume_from_checkpoint`, else the last checkpoint in output_dir (an interrupted run resumes)."""
+    if training_args.resume_from_checkpoint:
+        return training_args.resume_from_checkpoint
+    out = Path(training_args.output_dir)
+    return get_last_checkpoint(str(out)) if out.is_dir() else None
+
+
+def save_outputs(trainer, model_args, args: PostTrainArgs, recipe: str | None, stage: str, data: dict) -> Path:
+    """Save the trained model (LoRA: the adapter in `adapter/`, then merged into full weights on the main process,
+    from a fresh CPU copy of the base so it works under any sharding), the tokenizer with its chat template, the
+    trainer state, the data report, and the manifest last."""
+    out = Path(trainer.args.output_dir)
+    peft = model_args.use_peft
+    trainer.save_model(str(out / "adapter") if peft else str(out))
+    trainer.save_state()
+    if not trainer.is_world_process_zero():
+        return out
+    if peft and args.merge_lora:
+        merge_adapter(model_args.model_name_or_path, out / "adapter", out)
+    if peft:
+        trainer.processing_class.save_pretrained(out)
+    (out / "data_report.json").write_text(json.dumps(data, indent=2) + "\n")
+    fields = {
+        "recipe": recipe,
+        "recipe_sha256": file_digest(recipe) if recipe and Path(recipe).is_file() else None,
+        "inputs": {"model": model_args.model_name_or_path, "model_manifest": read_manifest_safe(model_args)},
+        "seed": trainer.args.seed,
+        "global_step": trainer.state.global_step,
+        "lora": {"r": model_args.lora_r, "alpha": model_args.lora_alpha, "merged": args.merge_lora} if peft else None,
+        "args": {k: v for k, v in asdict(args).items() if k != "sources"},
+        "data": data,
+    }
+    write_manifest(out, stage, **fields)
+    return out
+
+
+def read_manifest_safe(model_args) -> dict | None:
+    path = model_args.model_name_or_path
+    return read_manifest(path) if path and Path(path).is_dir() else None
+
+
+def merge_adapter(base_path: str, adapter_dir: Path, output_dir: Path) -> None:
+    """Base model + LoRA adapter -> one normal HF folder (loads with `from_pretrained`, no PEFT needed)."""
+    from peft import PeftModel
+
+    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+    merged.save_pretrained(output_dir)
+
+
+def recipe_path(argv: list[str] | None) -> str | None:
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return argv[argv.index("--config") + 1] if "--config" in argv else None
