@@ -111,6 +111,13 @@ SUITES: dict[str, list[Member]] = {
     ],
 }
 
+# lm-eval's own groups the suites reference (name -> YAML under lm_eval/tasks), checked by the tests.
+UPSTREAM_GROUPS = {
+    "mmlu": "mmlu/default/_mmlu.yaml",
+    "bbh_cot_fewshot": "bbh/cot_fewshot/_bbh_cot_fewshot.yaml",
+    "minerva_math": "benchmarks/minerva_math.yaml",
+}
+
 _D = "../../data/offline/"
 OFFLINE_TASKS: dict[str, OfflineTask] = {
     "arc_challenge": OfflineTask("arc/arc_challenge.yaml", {"test": _D + "arc_challenge.jsonl"}),

@@ -31,7 +31,7 @@ RUN_FILE = "run.json"
 # TrainingArguments that define a run (a different value in the same output_dir is a different run).
 _RUN_KEYS = (
     "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "max_steps", "num_train_epochs",
-    "per_device_train_batch_size", "gradient_accumulation_steps", "weight_decay", "adam_beta1", "adam_beta2",
+    "weight_decay", "adam_beta1", "adam_beta2",
     "adam_epsilon", "max_grad_norm", "seed", "data_seed", "optim",
 )  # fmt: skip
 
@@ -54,6 +54,10 @@ class PretrainArguments:
     model_dtype: str | None = field(default=None, metadata={"help": "Parameter dtype (default float32 masters)."})
     plugins: list[str] = field(default_factory=list, metadata={"help": "'package.module:function' import paths."})
     plugin_args: dict | str | None = field(default=None, metadata={"help": "Passed to every plugin."})
+    torch_num_threads: int | None = field(
+        default=None, metadata={"help": "CPU runs: intra-op threads (tiny models run faster on 1 thread)."}
+    )
+    fsdp_reduce_dtype: str | None = field(default="float32", metadata={"help": "FSDP bf16: gradient reduce dtype."})
 
 
 def _as_dict(value, name: str) -> dict | None:
@@ -70,8 +74,11 @@ def _as_dict(value, name: str) -> dict | None:
 
 def run_identity(script: PretrainArguments, train: TrainingArguments, data_manifest: dict) -> dict:
     """What makes this run this run; compared against an existing output folder."""
-    identity = {k: v for k, v in asdict(script).items() if k not in ("data_dir", "tokenizer")}
+    volatile = ("data_dir", "tokenizer", "torch_num_threads")
+    identity = {k: v for k, v in asdict(script).items() if k not in volatile}
     identity.update({k: getattr(train, k) for k in _RUN_KEYS})
+    # the global batch, not its split: a run may resume on another world size (per-device x accum x world equal)
+    identity["global_batch"] = train.per_device_train_batch_size * train.gradient_accumulation_steps * train.world_size
     identity["lr_scheduler_type"] = str(getattr(train.lr_scheduler_type, "value", train.lr_scheduler_type))
     identity["data_fingerprint"] = data_manifest.get("fingerprint")
     identity["fingerprint"] = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
@@ -165,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     train.output_dir = train.output_dir.format(seed=train.seed)
     output_dir = Path(train.output_dir)
 
+    if script.torch_num_threads:
+        import torch
+
+        torch.set_num_threads(script.torch_num_threads)
     dataset, data_manifest, tokenizer = _data_and_tokenizer(script)
     identity = run_identity(script, train, data_manifest)
     finished = check_output_dir(output_dir, identity)
@@ -185,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     _check_fits(model.config, dataset, tokenizer)
     callbacks = load_plugins(script.plugins, model, script.plugin_args)
+    # Training needs no KV cache, and transformers derives the per-document mask from position_ids
+    # (document_masking) only when no cache is passed; the saved config gets use_cache back.
+    use_cache = getattr(model.config, "use_cache", None)
+    model.config.use_cache = False
 
     resume = resolve_resume(train.resume_from_checkpoint, output_dir)
     if resume is not None and not Path(resume).is_dir():
@@ -201,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         data_collator=default_data_collator,
         processing_class=tokenizer,
         callbacks=[preemption, *callbacks],
+        fsdp_reduce_dtype=script.fsdp_reduce_dtype,
     )
     nonfinite = NonFiniteCallback(trainer, script.max_consecutive_nonfinite)
     trainer.add_callback(nonfinite)
@@ -221,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pretrain: pre-empted; saved checkpoint-{trainer.state.global_step}. Rerun the same command to resume.")
         return 0
 
+    if use_cache is not None:
+        model.config.use_cache = use_cache
     trainer.save_model(str(output_dir))
     trainer.save_state()
     if trainer.is_world_process_zero():

@@ -18,6 +18,7 @@ from recipes.post_training.checks import prepare_sft_dataset
 from recipes.post_training.mixture import build_mixture
 from recipes.post_training.run import (
     PostTrainArgs,
+    cap_rows,
     check_launch,
     load_model,
     load_tokenizer_with_template,
@@ -47,6 +48,7 @@ def build_trainer(args, training_args, model_args):
         )
     tokenizer = load_tokenizer_with_template(args, model_args.model_name_or_path)
     mixture, sources = build_mixture(args.sources, seed=training_args.seed, num_proc=training_args.dataset_num_proc)
+    mixture = cap_rows(mixture, args)
     train, report = prepare_sft_dataset(
         mixture, tokenizer, training_args.max_length, args.overlong, training_args.dataset_num_proc
     )

@@ -162,7 +162,7 @@ def load_source(spec: SourceSpec, streaming: bool = False, num_proc: int | None 
         else:
             builders = {_BUILDERS[p.suffix] for p in files}
             if len(builders) > 1:
-                raise RecipeError(f"source '{spec.name}': mixes file types {sorted(builders)}; split it in two sources")
+                raise RecipeError(f"source '{spec.name}': mixes file types {sorted(builders)}; split it")
             builder = builders.pop()
             if builder == "json":
                 _check_jsonl(files)

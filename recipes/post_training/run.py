@@ -33,11 +33,19 @@ class PostTrainArgs:
     overlong: str = field(default="truncate", metadata={"help": "Rows longer than max_length: truncate | drop."})
     max_skip_fraction: float = field(default=0.01, metadata={"help": "Error if more rows than this are skipped."})
     merge_lora: bool = field(default=True, metadata={"help": "With LoRA: merge into full weights in output_dir."})
+    max_samples: int | None = field(default=None, metadata={"help": "Use only the first N mixed rows (smoke runs)."})
 
 
 def load_tokenizer_with_template(args: PostTrainArgs, model_path: str):
     tokenizer = load_tokenizer(args.tokenizer_name_or_path or model_path)
     return install_chat_template(tokenizer, args.template_path)
+
+
+def cap_rows(dataset, args: PostTrainArgs):
+    """The first `max_samples` rows of the shuffled mixture (smoke runs, tests); the whole mixture otherwise."""
+    if args.max_samples is not None and args.max_samples < len(dataset):
+        return dataset.select(range(args.max_samples))
+    return dataset
 
 
 def load_model(model_args):

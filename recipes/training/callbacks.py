@@ -4,9 +4,9 @@
   `--signal=USR1@120` in recipes/slurm/launch.sbatch) sets a flag; at the end of the current optimizer step every
   process agrees (an all-reduce of the flag), the Trainer saves a checkpoint and stops; the entry point exits 0.
 - `NonFiniteCallback`: `PretrainTrainer` skips the optimizer update of a step whose gradient norm (or loss) is
-  not finite and counts it; this callback logs the count, refuses to save checkpoints while a streak is running
-  (so the newest checkpoint is from before the divergence), and after `max_consecutive` bad steps in a row stops
-  the run, which the entry point reports as an error.
+  not finite and counts it; this callback logs the count, refuses periodic checkpoints while a streak is running, and
+  after `max_consecutive` bad steps in a row saves a checkpoint (its weights are from before the divergence, since
+  no update was applied) and stops the run, which the entry point reports as an error (exit code 3).
 """
 
 import signal
@@ -65,9 +65,12 @@ class NonFiniteCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         streak = self.trainer.nonfinite_streak
         if streak:
-            control.should_save = False  # every weight is still from before the streak, but say so by not saving
+            control.should_save = False  # no periodic checkpoints while a streak runs
             if streak >= self.max_consecutive:
+                # No update was applied during the streak: the weights and optimizer state saved now are those from
+                # before the divergence (the data position is past the bad batches).
                 self.diverged_at = state.global_step - streak + 1
+                control.should_save = True
                 control.should_training_stop = True
         return control
 

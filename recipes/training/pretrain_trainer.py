@@ -25,11 +25,34 @@ from recipes.training.optim import InstellaOptimMixin
 class PretrainTrainer(InstellaOptimMixin, Trainer):
     """Trainer for packed-window causal LM pretraining (any AutoModelForCausalLM)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, fsdp_reduce_dtype: str | None = "float32", **kwargs):
+        self.fsdp_reduce_dtype = fsdp_reduce_dtype
         super().__init__(*args, **kwargs)
         self.skipped_steps = 0
         self.nonfinite_streak = 0
         self._skip_update = False
+
+    def create_accelerator_and_postprocess(self):
+        """Instella's FSDP mixed precision: bf16 parameters for compute, gradients reduced in fp32. accelerate's
+        `mixed_precision: bf16` policy reduces in bf16 and its config file cannot say otherwise, so the policy is
+        replaced here, after the Accelerator exists and before `train()` shards the model."""
+        super().create_accelerator_and_postprocess()
+        plugin = getattr(self.accelerator.state, "fsdp_plugin", None)
+        if plugin is None or self.fsdp_reduce_dtype is None or self.accelerator.mixed_precision != "bf16":
+            return
+        reduce_dtype = getattr(torch, self.fsdp_reduce_dtype)
+        if plugin.fsdp_version == 2:
+            from torch.distributed.fsdp import MixedPrecisionPolicy
+
+            plugin.mixed_precision_policy = MixedPrecisionPolicy(
+                param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype, output_dtype=torch.bfloat16
+            )
+        else:
+            from torch.distributed.fsdp import MixedPrecision
+
+            plugin.mixed_precision_policy = MixedPrecision(
+                param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype, buffer_dtype=torch.float32
+            )
 
     # --- non-finite steps ---------------------------------------------------------------------------------------
     def create_optimizer(self, *args, **kwargs):
@@ -78,7 +101,3 @@ class PretrainTrainer(InstellaOptimMixin, Trainer):
                 use_mtime=False,
             )
         self.accelerator.wait_for_everyone()
-
-
-def loss_is_finite(loss: torch.Tensor) -> bool:
-    return bool(torch.isfinite(loss).all())

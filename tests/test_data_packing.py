@@ -1,0 +1,121 @@
+"""Packing is exact (every document's tokens + one EOS, no BOS, in windows; the tail dropped), mixture weights and
+repeats give the token counts they promise, and document masking makes a packed row act as separate documents."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from modeling_instella import InstellaForCausalLM
+from recipes.data.packing import PackedWindows, mixture_multipliers, position_ids_for
+from recipes.data.prepare import PrepareArguments, prepare
+from tests.conftest import tiny_config
+
+
+def _write_jsonl(path, texts, key="text"):
+    path.write_text("".join(json.dumps({key: t}) + "\n" for t in texts))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory, tiny_tokenizer):
+    folder = tmp_path_factory.mktemp("tok")
+    tiny_tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _prepare(tmp_path, tokenizer_dir, sources, seq_len=16, **kw):
+    args = PrepareArguments(output_dir=str(tmp_path / "out"), sources=sources, tokenizer=str(tokenizer_dir),
+                            seq_len=seq_len, seed=3, num_proc=1, **kw)  # fmt: skip
+    out = prepare(args)
+    manifest = json.loads((out / "manifest.json").read_text())
+    return out, manifest, np.fromfile(out / "tokens.bin", dtype=manifest["dtype"]).reshape(-1, seq_len)
+
+
+def test_windows_hold_every_document_with_one_eos_and_no_bos(tmp_path, tokenizer_dir, tiny_tokenizer):
+    texts = [f"The capital of Place{i} is Town{i}." * (1 + i % 3) for i in range(40)]
+    src = _write_jsonl(tmp_path / "a.jsonl", texts)
+    out, manifest, windows = _prepare(tmp_path, tokenizer_dir, [str(src)])
+    docs = [tiny_tokenizer(t, add_special_tokens=False)["input_ids"] + [0] for t in texts]
+    total = sum(len(d) for d in docs)
+    assert manifest["tokens"][str(src)] == {"natural": total, "used": total, "multiplier": 1.0}
+    assert manifest["num_windows"] == total // 16 and manifest["dropped_tail_tokens"] == total % 16
+    assert manifest["bos_added"] is False and manifest["eos_token_id"] == 0
+    flat = windows.reshape(-1).tolist()
+    # split the stream at EOS: the complete documents are exactly the encoded texts (in a shuffled order)
+    pieces, start = [], 0
+    for i, tok in enumerate(flat):
+        if tok == 0:
+            pieces.append(flat[start : i + 1])
+            start = i + 1
+    expected = sorted(map(tuple, docs))
+    assert all(tuple(p) in set(expected) for p in pieces)
+    assert len(pieces) == len(docs) - (1 if total % 16 or flat[-1] != 0 else 0)
+    assert flat.count(0) == len(pieces)
+
+
+def test_second_run_reuses_and_a_changed_input_is_detected(tmp_path, tokenizer_dir, capsys):
+    src = _write_jsonl(tmp_path / "a.jsonl", ["one two three four five six seven"] * 20)
+    out, manifest, _ = _prepare(tmp_path, tokenizer_dir, [str(src)])
+    mtime = (out / "tokens.bin").stat().st_mtime_ns
+    _prepare(tmp_path, tokenizer_dir, [str(src)])
+    assert "reusing" in capsys.readouterr().out and (out / "tokens.bin").stat().st_mtime_ns == mtime
+    _write_jsonl(src, ["something else entirely here"] * 20)
+    from recipes.training.args import RecipeError
+
+    with pytest.raises(RecipeError, match="made from different inputs.*sources"):
+        _prepare(tmp_path, tokenizer_dir, [str(src)])
+    _, new, _ = _prepare(tmp_path, tokenizer_dir, [str(src)], overwrite=True)
+    assert new["fingerprint"] != manifest["fingerprint"]
+
+
+def test_mixture_weights_repeats_and_filters(tmp_path, tokenizer_dir):
+    a = _write_jsonl(tmp_path / "a.jsonl", ["alpha beta gamma delta"] * 30)
+    rows = [{"text": f"book {i}", "meta": {"set": "Book" if i % 2 else "Web"}} for i in range(40)]
+    b = tmp_path / "b.jsonl"
+    b.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sources = [
+        {"path": str(a), "repeat": 2.5},
+        {"path": str(b), "filters": [{"column": "meta.set", "op": "!=", "value": "Book"}]},
+    ]
+    _, manifest, _ = _prepare(tmp_path, tokenizer_dir, sources)
+    ta, tb = manifest["tokens"][str(a)], manifest["tokens"][str(b)]
+    per_doc_a = ta["natural"] // 30
+    assert ta["used"] == 75 * per_doc_a  # 2 full copies + 15 of 30 documents
+    assert tb["used"] == tb["natural"]  # the 20 "Book" rows were dropped before counting
+    mult = mixture_multipliers({"x": 100, "y": 900}, {"x": 0.5, "y": 0.5}, {})
+    assert mult == {"x": 5.0, "y": pytest.approx(500 / 900)}  # 50/50 of 1000 tokens: x upsampled 5x
+
+
+def test_position_ids_restart_after_each_eos():
+    row = torch.tensor([5, 6, 0, 7, 0, 8, 9, 10])
+    assert position_ids_for(row, 0).tolist() == [0, 1, 2, 0, 1, 0, 1, 2]
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_document_masking_gives_the_logits_of_separate_documents(attn):
+    torch.manual_seed(0)
+    model = InstellaForCausalLM(tiny_config()).eval()
+    model.config._attn_implementation = attn
+    doc1, doc2 = torch.tensor([11, 12, 13, 0]), torch.tensor([21, 22, 23, 24, 25, 0])
+    packed = torch.cat([doc1, doc2])[None]
+    with torch.no_grad():
+        # use_cache=False, as in training: transformers only derives the document mask when no cache is passed
+        positions = position_ids_for(packed[0], 0)[None]
+        together = model(input_ids=packed, position_ids=positions, use_cache=False).logits[0]
+        alone1 = model(input_ids=doc1[None]).logits[0]
+        alone2 = model(input_ids=doc2[None]).logits[0]
+        plain = model(input_ids=packed).logits[0]
+    torch.testing.assert_close(together, torch.cat([alone1, alone2]), atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(plain[4:], alone2, atol=1e-3)  # without masking the second document sees the first
+
+
+def test_packed_windows_dataset(tmp_path, tokenizer_dir):
+    src = _write_jsonl(tmp_path / "a.jsonl", ["a b c d e f g h"] * 30)
+    out, manifest, windows = _prepare(tmp_path, tokenizer_dir, [str(src)])
+    ds = PackedWindows(out, manifest, document_masking=True)
+    item = ds[1]
+    assert len(ds) == len(windows) and item["input_ids"].tolist() == windows[1].tolist()
+    assert torch.equal(item["labels"], item["input_ids"])
+    assert item["position_ids"].tolist() == position_ids_for(item["input_ids"], 0).tolist()

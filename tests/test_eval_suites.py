@@ -1,0 +1,196 @@
+"""The lm-eval suites: generated files up to date, offline tasks = upstream logic + shipped data, the real `lm_eval`
+CLI on a tiny trust_remote_code checkpoint from another cwd, metric wiring proven with an oracle LM, the report, and
+the checks before model work."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from lm_eval.api.model import LM
+from lm_eval.tasks import TaskManager
+from lm_eval.tasks._yaml_loader import load_yaml
+
+from eval import make_tasks, report, run
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ROOT / "eval" / "tasks"
+OFFLINE = TASKS / "offline"
+
+
+def test_shipped_yamls_and_tiny_world_items_equal_what_the_generator_writes():
+    assert make_tasks.stale_files() == []
+    from recipes.data.tiny_world import TinyWorld
+
+    shipped = [json.loads(line) for line in (ROOT / "eval/data/tiny_world/eval_mc.jsonl").read_text().splitlines()]
+    assert shipped == TinyWorld().eval_multiple_choice()
+
+
+def _logic(cfg: dict) -> dict:
+    """Task config without its data source; `!function` references as importable names (left unresolved, so tasks
+    whose helpers need optional packages, IFEval and Minerva MATH, are compared too)."""
+
+    def norm(value):
+        if isinstance(value, str) and value.startswith(str(make_tasks.UPSTREAM_DIR) + "/"):
+            return str(make_tasks._upstream_function(value))
+        if isinstance(value, str) and value.startswith(str(OFFLINE) + "/"):
+            return value[len(str(OFFLINE)) + 1 :]
+        if isinstance(value, dict):
+            return {k: norm(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [norm(v) for v in value]
+        return value
+
+    return {k: norm(v) for k, v in cfg.items() if k not in make_tasks.DATA_KEYS}
+
+
+@pytest.mark.parametrize("name", sorted(make_tasks.OFFLINE_TASKS))
+def test_offline_task_is_the_upstream_task_with_only_the_data_source_changed(name):
+    spec = make_tasks.OFFLINE_TASKS[name]
+    ours = load_yaml(OFFLINE / f"{name}_offline.yaml", resolve_func=False)
+    upstream = load_yaml(make_tasks.UPSTREAM_DIR / spec.upstream_yaml, resolve_func=False)
+    assert _logic(ours) == _logic(upstream)
+    assert ours["dataset_path"] == "json" and ours["custom_dataset"] == str(OFFLINE / "_data.load")
+    for path in ours["dataset_kwargs"]["data_files"].values():
+        assert (OFFLINE / path).resolve().is_file()
+
+
+def test_suites_use_lm_evals_own_tasks_with_the_published_settings():
+    upstream_names = {}
+    for spec in make_tasks.OFFLINE_TASKS.values():
+        upstream_names[load_yaml(make_tasks.UPSTREAM_DIR / spec.upstream_yaml, resolve_func=False)["task"]] = spec
+    for group, path in make_tasks.UPSTREAM_GROUPS.items():
+        assert load_yaml(make_tasks.UPSTREAM_DIR / path, resolve_func=False)["group"] == group
+    for suite, members in make_tasks.SUITES.items():
+        cfg = yaml.safe_load((TASKS / f"{suite}.yaml").read_text())
+        offline = yaml.safe_load((OFFLINE / f"{suite}_offline.yaml").read_text())
+        assert len(cfg["task"]) == len(offline["task"]) == len(members)
+        for member, entry, off in zip(members, cfg["task"], offline["task"]):
+            ref = entry.get("group") or entry["task"]
+            assert ref in (make_tasks.UPSTREAM_GROUPS if member.is_group else upstream_names)
+            assert entry["num_fewshot"] == off["num_fewshot"] == member.num_fewshot
+    shots = {m.name: m.num_fewshot for m in make_tasks.SUITES["instella_pretrain"]}
+    assert shots["mmlu"] == 5 and shots["bbh_cot_fewshot"] == 3 and shots["gsm8k_cot"] == 8
+    assert sum(shots.values()) == 16  # everything else zero-shot (SPEC.md 3)
+    assert {m.name: m.num_fewshot for m in make_tasks.SUITES["instella_instruct"]}["gpqa_main_cot_zeroshot"] == 0
+
+
+# --- the real CLI ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_lm_eval_cli_runs_offline_suites_from_any_cwd_and_the_report_renders_them(tiny_model_dir, tmp_path):
+    lm_eval = shutil.which("lm_eval", path=str(Path(sys.executable).parent)) or "lm_eval"
+    cwd = tmp_path / "elsewhere"  # data_files must not depend on the current directory
+    cwd.mkdir()
+    out = tmp_path / "results"
+    cmd = [
+        lm_eval, "--model", "hf", "--model_args", f"pretrained={tiny_model_dir},trust_remote_code=True",
+        "--include_path", str(TASKS), "--tasks", "tiny_world,amd_llama_135m_offline", "--limit", "1",
+        "--output_path", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result_file = report.find_result_file(out)
+    results = json.loads(result_file.read_text())["results"]
+    expected = {m.offline_task for m in make_tasks.SUITES["amd_llama_135m"]}
+    expected |= {"tiny_world_mc", "tiny_world_arithmetic"}
+    assert expected <= set(results)
+    assert results["tiny_world_mc"]["acc,none"] in (0.0, 1.0)
+
+    table, png = report.write_report("amd_llama_135m", [out], tmp_path / "report", names=["tiny"])
+    text = table.read_text()
+    assert "| tiny (offline sample items) |" in text and "| AMD-Llama-135m | 0.3977 |" in text
+    assert png.stat().st_size > 5000 and png.read_bytes()[:4] == b"\x89PNG"
+    table, png = report.write_report("tiny_world", [out], tmp_path / "report")
+    assert "tiny_world_arithmetic" in table.read_text() and png.stat().st_size > 0
+
+
+# --- metric wiring -----------------------------------------------------------------------------------------------
+class Oracle(LM):
+    """Knows every answer of the shipped items; `right=False` always prefers a wrong one."""
+
+    def __init__(self, right: bool):
+        super().__init__()
+        self.right = right
+        self.answers = {}
+        for file in ("eval/data/tiny_world/eval_mc.jsonl", "eval/data/offline/arc_easy.jsonl"):
+            for row in map(json.loads, (ROOT / file).read_text().splitlines()):
+                self.answers[row["question"]] = row["choices"]["text"][row["choices"]["label"].index(row["answerKey"])]
+        for row in map(json.loads, (ROOT / "eval/data/tiny_world/eval_arithmetic.jsonl").read_text().splitlines()):
+            self.answers[row["question"]] = int(row["answer"].split("####")[-1])
+
+    def _answer(self, context: str):
+        return self.answers[re.findall(r"Question: (.*)\nAnswer:", context)[-1]]
+
+    def loglikelihood(self, requests, disable_tqdm=False):
+        out = []
+        for request in requests:
+            context, continuation = request.args
+            correct = continuation.strip() == self._answer(context)
+            out.append((0.0 if correct == self.right else -10.0, True))
+        return out
+
+    def generate_until(self, requests, disable_tqdm=False):
+        out = []
+        for request in requests:
+            n = self._answer(request.args[0]) + (0 if self.right else 1)
+            out.append(f" {n}. The answer is {n}.")
+        return out
+
+    def loglikelihood_rolling(self, requests, disable_tqdm=False):
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize("right", [True, False])
+def test_a_model_that_knows_the_answers_scores_one_and_a_wrong_one_zero(right):
+    from lm_eval import simple_evaluate
+
+    manager = TaskManager(include_path=str(TASKS), include_defaults=False)
+    out = simple_evaluate(model=Oracle(right), tasks=["tiny_world", "arc_easy_offline"], task_manager=manager)
+    results = out["results"]
+    expected = 1.0 if right else 0.0
+    assert results["tiny_world_mc"]["acc,none"] == expected
+    assert results["tiny_world_mc"]["acc_norm,none"] == expected
+    assert results["arc_easy_offline"]["acc,none"] == expected
+    assert results["tiny_world_arithmetic"]["exact_match,strict-match"] == expected
+    assert out["n-samples"]["tiny_world_mc"]["effective"] == 24  # every shipped item scored
+
+
+# --- the report's averages ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("suite", ["instella_pretrain", "instella_instruct"])
+def test_report_reproduces_the_published_averages(suite):
+    published, rows = report.build_rows(suite, [])
+    for row in rows:
+        assert row["avg"] == pytest.approx(row["published_avg"], abs=0.01), row["name"]  # MT-Bench on 0-10 included
+
+
+def test_report_rejects_bad_input(tmp_path):
+    with pytest.raises(report.ReportError, match="unknown suite"):
+        report.load_published("nope")
+    with pytest.raises(report.ReportError, match="no lm-eval result file"):
+        report.find_result_file(tmp_path)
+    (tmp_path / "results_x.json").write_text("{}")
+    with pytest.raises(report.ReportError, match="not an lm-eval result file"):
+        report.build_rows("tiny_world", [tmp_path / "results_x.json"])
+
+
+# --- checks before model work --------------------------------------------------------------------------------------
+def test_preflight_errors_before_any_model_work(tiny_model_dir, tmp_path):
+    with pytest.raises(run.EvalInputError, match="model folder not found"):
+        run.preflight(tmp_path / "missing", ["tiny_world"])
+    (tmp_path / "not_a_model").mkdir()
+    with pytest.raises(run.EvalInputError, match="no config.json"):
+        run.preflight(tmp_path / "not_a_model", ["tiny_world"])
+    # the tiny checkpoint has a 256-token context: MMLU's 5-shot prompt does not fit
+    too_long = r"mmlu_high_school_geography_offline: a 5-shot prompt .* context is 256"
+    with pytest.raises(run.EvalInputError, match=too_long):
+        run.preflight(tiny_model_dir, ["instella_pretrain_offline"], limit=1)
+    assert run.preflight(tiny_model_dir, ["tiny_world"], limit=2) == 2 + 2 * 4  # 2 generations, 2 x 4 choices
+    assert run.main(["--model_dir", str(tmp_path / "missing"), "--tasks", "tiny_world", "--check_only"]) == 2
+    with pytest.raises(run.EvalInputError, match="unknown task or group: no_such_suite"):
+        run.preflight(tiny_model_dir, ["tiny_world", "no_such_suite"])
+    # online suites and lm-eval's own tasks are known by name; their data is not built here (it would download)
+    assert run.preflight(tiny_model_dir, ["instella_pretrain", "arc_easy"]) == 0

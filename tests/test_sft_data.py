@@ -1,0 +1,175 @@
+"""SFT/DPO data: source converters, the mixture's upsampling, stage-2 text, and the bad-input policy with counts."""
+
+from pathlib import Path
+
+import pytest
+from datasets import Dataset
+
+from recipes.post_training import converters
+from recipes.post_training.checks import prepare_dpo_dataset, prepare_sft_dataset
+from recipes.post_training.mixture import build_mixture
+from recipes.post_training.template import IGNORE_INDEX, install_chat_template
+from recipes.training.args import RecipeError, parse_recipe
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+
+U = {"role": "user", "content": "What is 2 + 3?"}
+A = {"role": "assistant", "content": "2 + 3 = 5. The answer is 5."}
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_tokenizer):
+    return install_chat_template(tiny_tokenizer)
+
+
+def test_mmlu_auxiliary_train_shuffles_options_and_keeps_the_answer():
+    row = {"train": {"question": "Which is a prime? ", "choices": ["4", "6", "7", "9"], "answer": 2, "subject": ""}}
+    letters = set()
+    for index in range(40):
+        user, assistant = converters.mmlu_auxiliary_train(row, index)["messages"]
+        options = dict(line.split(". ", 1) for line in user["content"].split("\n")[1:])
+        assert user["content"].startswith("Which is a prime?\nA. ") and sorted(options.values()) == [
+            "4",
+            "6",
+            "7",
+            "9",
+        ]
+        letter = assistant["content"].split("The answer is ")[1][0]
+        assert options[letter] == "7" and assistant["content"] == f"The answer is {letter}. 7"
+        letters.add(letter)
+    assert letters == set("ABCD")  # shuffled: the right option lands on every letter
+    assert converters.mmlu_auxiliary_train(row, 3) == converters.mmlu_auxiliary_train(row, 3)  # reproducible
+
+
+def test_named_converters():
+    assert converters.openmathinstruct2({"problem": "p", "generated_solution": "s"}, 0)["messages"] == [
+        {"role": "user", "content": "p"},
+        {"role": "assistant", "content": "s"},
+    ]
+    assert converters.o1_journey({"question": "q", "longCOT": "long"}, 0)["messages"][1]["content"] == "long"
+    assert converters.messages({"messages": [U, A], "id": 1}, 0) == {"messages": [U, A]}
+
+
+def test_chat_to_text_strips_and_joins_without_role_tags():
+    chat = [{"role": "system", "content": " Be nice. "}, U, {"role": "assistant", "content": "5\n\n"}]
+    assert converters.chat_to_text(chat) == "Be nice.\nWhat is 2 + 3?\n5\n"
+
+
+def test_chat_to_text_entry_point(tmp_path):
+    from recipes import chat_to_text
+
+    src = tmp_path / "chats.jsonl"
+    Dataset.from_list([{"messages": [U, A]}] * 3).to_json(src)
+    out = chat_to_text.main(["--sources", str(src), "--output", str(tmp_path / "text.jsonl")])
+    lines = Path(out).read_text().splitlines()
+    assert len(lines) == 3 and '"text": "What is 2 + 3?\\n2 + 3 = 5. The answer is 5.\\n"' in lines[0]
+
+
+def test_mixture_upsamples_and_subsamples(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    Dataset.from_list([{"messages": [U, A]}] * 5).to_json(a)
+    Dataset.from_list([{"problem": f"p{i}", "generated_solution": "s"} for i in range(20)]).to_json(b)
+    mixed, report = build_mixture(
+        [{"path": str(a), "repeat": 10}, {"path": str(b), "converter": "openmathinstruct2", "max_samples": 7}]
+    )
+    assert [r["rows"] for r in report] == [50, 7] and len(mixed) == 57
+    assert mixed.column_names == ["messages"]
+    _, report = build_mixture([{"path": str(a), "repeat": 1.4}])
+    assert report[0]["rows"] == 7
+
+
+def test_mixture_errors_name_the_problem(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    Dataset.from_list([{"text": "no messages here"}]).to_json(bad)
+    with pytest.raises(RecipeError, match=r"missing field 'messages'.*columns \['text'\]"):
+        build_mixture([{"path": str(bad)}])
+    with pytest.raises(RecipeError, match="unknown converter"):
+        build_mixture([{"path": str(bad), "converter": "nope"}])
+    with pytest.raises(RecipeError, match="does not exist"):
+        build_mixture([{"path": str(tmp_path / "missing.jsonl")}])
+    with pytest.raises(RecipeError, match="unknown source key"):
+        build_mixture([{"path": str(bad), "weight": 2}])
+    with pytest.raises(RecipeError, match="missing field 'chosen'"):
+        build_mixture([{"path": str(bad)}], default_converter="preference")
+
+
+def test_sft_bad_rows_are_skipped_and_counted(tok):
+    long = {"role": "assistant", "content": "word " * 200}
+    rows = [
+        [U, A],
+        [{"role": "tool", "content": "x"}, A],  # unknown role
+        [U],  # no assistant turn
+        [U, {"role": "assistant", "content": "  "}],  # empty assistant message
+        [U, long],  # longer than max_length
+    ]
+    data = Dataset.from_list([{"messages": m} for m in rows])
+    kept, report = prepare_sft_dataset(data, tok, max_length=64, overlong="truncate")
+    assert report.as_dict() == {
+        "rows": 5, "kept": 2, "truncated": 1,
+        "skipped": {"empty assistant message": 1, "no assistant turn": 1, "unknown role": 1},
+    }  # fmt: skip
+    assert len(kept) == 2 and all(len(ids) <= 64 for ids in kept["input_ids"])
+    assert "truncated to max_length: 1" in report.summary() and "unknown role: 1" in report.summary()
+    _, report = prepare_sft_dataset(data, tok, max_length=64, overlong="drop")
+    assert report.kept == 1 and report.skipped["longer than max_length (dropped)"] == 1
+    with pytest.raises(RecipeError, match="max_skip_fraction"):
+        report.check(max_skip_fraction=0.1)
+    report.check(max_skip_fraction=0.9)
+    with pytest.raises(RecipeError, match="no `messages` column"):
+        prepare_sft_dataset(Dataset.from_list([{"text": "x"}]), tok, 64)
+
+
+def test_sft_labels_cover_only_assistant_tokens(tok):
+    kept, _ = prepare_sft_dataset(Dataset.from_list([{"messages": [U, A]}]), tok, max_length=None)
+    ids, labels = kept[0]["input_ids"], kept[0]["labels"]
+    trained = [t for t in labels if t != IGNORE_INDEX]
+    assert tok.decode(trained) == A["content"] + "<|endoftext|>"
+    assert labels[: len(ids) - len(trained)] == [IGNORE_INDEX] * (len(ids) - len(trained))
+
+
+def test_dpo_bad_pairs_are_skipped_and_counted(tok):
+    good = {"prompt": [U], "chosen": [A], "rejected": [{"role": "assistant", "content": "The answer is 6."}]}
+    rows = [
+        good,
+        {**good, "rejected": [A]},  # chosen == rejected
+        {**good, "chosen": [{"role": "assistant", "content": ""}]},  # empty
+        {**good, "prompt": [{"role": "robot", "content": "hi"}]},  # unknown role
+        {**good, "chosen": [{"role": "assistant", "content": "long " * 200}]},  # too long
+        {**good, "prompt": [{"role": "user", "content": "long " * 200}]},  # the prompt alone fills max_length
+    ]
+    kept, report = prepare_dpo_dataset(Dataset.from_list(rows), tok, max_length=64, overlong="truncate")
+    assert report.as_dict() == {
+        "rows": 6, "kept": 2, "truncated": 1,
+        "skipped": {"chosen equals rejected": 1, "empty assistant message": 1, "prompt fills max_length": 1,
+                    "unknown role": 1},
+    }  # fmt: skip
+    assert kept[0] == good
+    # without a prompt column the prompt is the shared prefix of chosen and rejected (TRL's extract_prompt)
+    implicit = Dataset.from_list([{"chosen": [U, A], "rejected": [U, good["rejected"][0]]}])
+    kept, report = prepare_dpo_dataset(implicit, tok, max_length=64)
+    assert report.kept == 1 and kept[0] == good
+    with pytest.raises(RecipeError, match=r"no \['rejected'\] column"):
+        prepare_dpo_dataset(Dataset.from_list([{"chosen": [U, A]}]), tok, 64)
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(RECIPES.glob("*/sft*.yaml")) + sorted(RECIPES.glob("*/dpo*.yaml")),
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
+def test_recipes_parse(path):
+    from trl import DPOConfig, ModelConfig, SFTConfig
+
+    from recipes.dpo import DPORecipeArgs
+    from recipes.sft import SFTRecipeArgs
+
+    kinds = (SFTRecipeArgs, SFTConfig) if path.name.startswith("sft") else (DPORecipeArgs, DPOConfig)
+    # bf16 is the published setting; this CPU machine cannot validate it, so the test overrides it
+    args, training_args, model_args = parse_recipe([*kinds, ModelConfig], ["--config", str(path), "--bf16", "false"])
+    assert args.sources and args.global_batch_size
+    first_line = path.read_text().splitlines()[0]
+    assert first_line.startswith("# ") and "batch" in first_line  # hardware + global batch
+    if model_args.use_peft:
+        assert model_args.lora_target_modules == [
+            "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"
+        ]  # fmt: skip

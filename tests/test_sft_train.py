@@ -1,0 +1,91 @@
+"""Tiny SFT end to end (loss falls, the held-out answer format is learned, the output folder is complete), and
+padding-free packing giving the same per-token loss as one padded example per row."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+from trl import ModelConfig, SFTConfig
+
+from recipes import sft
+from recipes.data.tokenizer import load_tokenizer
+from recipes.post_training.template import install_chat_template
+from recipes.post_training.tiny_eval import arithmetic_scores
+from recipes.training.args import parse_recipe
+from recipes.training.manifest import read_manifest
+from recipes.training.optim import olmo_lr_factor
+
+TINY_SFT = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "sft.yaml")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The tiny model's matrices are too small to gain from a second thread; one thread trains faster here."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def recipe(model_dir, out, *extra):
+    argv = ["--config", TINY_SFT, "--model_name_or_path", str(model_dir), "--output_dir", str(out), *extra]
+    return argv, parse_recipe([sft.SFTRecipeArgs, SFTConfig, ModelConfig], argv)
+
+
+@pytest.mark.slow
+def test_tiny_sft_learns_the_answer_format(tiny_model_dir, tmp_path):
+    out = tmp_path / "sft"
+    tokenizer = install_chat_template(load_tokenizer(tiny_model_dir))
+    before = arithmetic_scores(AutoModelForCausalLM.from_pretrained(tiny_model_dir), tokenizer)
+
+    sft.main(["--config", TINY_SFT, "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out)])
+
+    state = json.loads((out / "trainer_state.json").read_text())
+    losses = [h["loss"] for h in state["log_history"] if "loss" in h]
+    assert losses[-1] < 0.5 * losses[0]
+    # the OLMo schedule from the recipe (warmup from 0.1 x peak over 5 steps, linear down to 0.001 x peak)
+    for h in (h for h in state["log_history"] if "learning_rate" in h):
+        factor = olmo_lr_factor(h["step"] - 1, warmup_steps=5, total_steps=state["max_steps"], decay="linear",
+                                alpha_f=0.001)  # fmt: skip
+        assert h["learning_rate"] == pytest.approx(3e-3 * factor, rel=1e-4)
+    manifest = read_manifest(out)
+    assert manifest["stage"] == "sft" and manifest["data"]["kept"] == 424 and manifest["data"]["skipped"] == {}
+    saved = load_tokenizer(out)  # the output folder renders the Instella template on its own
+    assert saved.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True
+    ) == ("<|endoftext|><|user|>\nHi\n<|assistant|>\n")
+    after = arithmetic_scores(AutoModelForCausalLM.from_pretrained(out), saved)
+    # held-out problems (operand pairs never seen in training): "a + b = c. The answer is c." then EOS
+    assert before["format"] == 0.0 and after["format"] >= 0.8
+    assert after["operands"] > before["operands"]
+
+
+def _loss(trainer, examples):
+    trainer.model.eval()
+    with torch.no_grad():
+        return trainer.compute_loss(trainer.model, trainer.data_collator(examples)).item()
+
+
+def test_packed_and_padded_give_the_same_per_token_loss(tiny_model_dir, tmp_path):
+    """Same examples, same model: the published layout (each row padded to max_length) and TRL's padding-free
+    packing (examples concatenated, positions restart per example, no attention across examples) agree."""
+    _, parsed = recipe(tiny_model_dir, tmp_path / "a", "--max_samples", "24", "--pad_to_multiple_of", "256")
+    padded, _ = sft.build_trainer(*parsed)
+    _, parsed = recipe(tiny_model_dir, tmp_path / "b", "--max_samples", "24", "--packing", "true")
+    packed, _ = sft.build_trainer(*parsed)
+    packed.model.load_state_dict(padded.model.state_dict())
+
+    rows = [padded.train_dataset[i] for i in range(24)]
+    batch = padded.data_collator(rows)
+    assert batch["input_ids"].shape == (24, 256) and (batch["input_ids"] == 1).sum() > 0.5 * batch["input_ids"].numel()
+    packs = [packed.train_dataset[i] for i in range(len(packed.train_dataset))]
+    assert len(packs) < len(rows) and sum(len(p["seq_lengths"]) for p in packs) == 24
+    flat = packed.data_collator(packs)
+    assert flat["input_ids"].shape[0] == 1 and "attention_mask" not in flat
+    n_trained = (batch["labels"] != -100).sum()
+    assert (flat["labels"] != -100).sum() == n_trained
+    torch.testing.assert_close(
+        torch.tensor(_loss(packed, packs)), torch.tensor(_loss(padded, rows)), rtol=1e-5, atol=1e-5
+    )
