@@ -61,11 +61,20 @@ def _style(ax, title: str, xlabel: str, ylabel: str) -> None:
 
 # --- sections ------------------------------------------------------------------------------------------------------
 def wall_time_section(records: list[dict], plots: Path, link: Path) -> list[str]:
-    lines = ["## Wall time per stage", "", "| stage | what | wall time | status |", "|---|---|---|---|"]
+    lines = ["## Wall time per stage", ""]
+    lines += ["| stage | what | wall time | CPU time | status |", "|---|---|---|---|---|"]
     for r in records:
-        lines.append(f"| {r['stage']} | {r.get('description') or '-'} | {_minutes(r.get('wall_s'))} | {r['status']} |")
+        cpu = f"{r['cpu_s']:.0f} s" if r.get("cpu_s") is not None else "-"
+        what = r.get("description") or "-"
+        lines.append(f"| {r['stage']} | {what} | {_minutes(r.get('wall_s'))} | {cpu} | {r['status']} |")
     total = sum(r.get("wall_s") or 0 for r in records)
-    lines += [f"| **total** | | **{_minutes(total)}** | |", ""]
+    cpu_total = sum(r.get("cpu_s") or 0 for r in records)
+    lines += [f"| **total** | | **{_minutes(total)}** | {cpu_total:.0f} s | |", ""]
+    lines += [
+        "CPU time is the stages' processes' user + system seconds (all threads): it changes little when other work "
+        "shares the machine, while wall time does.",
+        "",
+    ]
     timed = [r for r in records if r.get("wall_s") is not None]
     if timed:
         fig, ax = plt.subplots(figsize=(8, 0.35 * len(timed) + 1.5))

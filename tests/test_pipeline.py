@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from recipes.pipeline import main
 from recipes.training.args import RecipeError
@@ -35,6 +36,8 @@ DUMMY = textwrap.dedent(
     out = Path(a.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "value.txt").write_text(a.value)
+    if a.config:
+        (out / "recipe.yaml").write_text(Path(a.config).read_text())
     if a.no_manifest != "1":
         (out / "manifest.json").write_text(json.dumps({"stage": a.name, "inputs": a.inputs}))
     """
@@ -43,7 +46,7 @@ DUMMY = textwrap.dedent(
 
 def write_pipeline(tmp_path: Path, body: str) -> Path:
     (tmp_path / "dummy.py").write_text(DUMMY)
-    (tmp_path / "recipe.yaml").write_text("# dummy recipe\nvalue: 1\n")
+    (tmp_path / "recipe.yaml").write_text("# dummy recipe\nvalue: 1\nmodel: {hidden: 64, layers: 2}\n")
     path = tmp_path / "pipeline.yaml"
     text = textwrap.dedent(body).replace("DUMMY", str(tmp_path / "dummy.py")).replace("JOURNAL", str(tmp_path / "j"))
     path.write_text(text.replace("RECIPE", str(tmp_path / "recipe.yaml")))
@@ -115,7 +118,7 @@ def test_runs_in_order_then_skips_complete_and_redoes_changed(graph, tmp_path, c
         assert (run / name / "manifest.json").is_file()
         assert (run / "logs" / f"{name}.log").read_text().count(f"stage {name} working") == 1
         record = read_record(load_pipeline(graph), load_pipeline(graph).stage(name))
-        assert record["status"] == "done" and record["wall_s"] >= 0
+        assert record["status"] == "done" and record["wall_s"] >= 0 and record["cpu_s"] >= 0
     # the pipeline wrote the manifest of the stage that writes none (report), naming its inputs
     assert json.loads((run / "report" / "manifest.json").read_text())["inputs"]["sft"] == str(run / "sft")
 
@@ -136,11 +139,39 @@ def test_runs_in_order_then_skips_complete_and_redoes_changed(graph, tmp_path, c
 
 def test_changed_recipe_file_reruns_the_stage(graph, tmp_path):
     assert main(["--config", str(graph)]) == 0
-    (tmp_path / "recipe.yaml").write_text("# dummy recipe\nvalue: 2\n")
+    (tmp_path / "recipe.yaml").write_text("# dummy recipe\nvalue: 2\nmodel: {hidden: 64, layers: 2}\n")
     pipeline = load_pipeline(graph)
     assert stage_status(pipeline, pipeline.stage("data")) == "stale"
     assert main(["--config", str(graph)]) == 0
     assert journal(tmp_path).count("data") == 2 and journal(tmp_path).count("sft") == 2
+
+
+def test_recipe_overrides_are_merged_into_a_recorded_recipe(tmp_path):
+    graph = write_pipeline(
+        tmp_path,
+        f"""
+        # dummy
+        output_dir: {tmp_path / "run"}
+        vars: {{layers: 4}}
+        stages:
+          - name: train
+            command: DUMMY
+            recipe: RECIPE
+            recipe_overrides: {{model: {{layers: "{{layers}}"}}, data: ["{{run}}/x.jsonl"]}}
+            args: {{name: train, output_dir: "{{output}}", journal: JOURNAL}}
+        """,
+    )
+    assert main(["--config", str(graph)]) == 0
+    used = (tmp_path / "run" / "train" / "recipe.yaml").read_text()
+    assert used.startswith("# dummy recipe\n# ") and "overrides of stage 'train'" in used
+    assert yaml.safe_load(used) == {
+        "value": 1,
+        "model": {"hidden": 64, "layers": 4},
+        "data": [f"{tmp_path}/run/x.jsonl"],
+    }
+    assert main(["--config", str(graph), "--set", "layers=6"]) == 0  # a changed override re-runs the stage
+    assert journal(tmp_path) == ["train", "train"]
+    assert yaml.safe_load((tmp_path / "run" / "train" / "recipe.yaml").read_text())["model"]["layers"] == 6
 
 
 def test_failure_names_stage_and_log_and_stops(graph, tmp_path, capsys):

@@ -57,8 +57,8 @@ def test_report_tables_and_plots(tmp_path):
 
     main(["--run_dir", str(run)])
     report = (run / "report.md").read_text()
-    assert "| stage1 | stage1 step | 61.0 s | done |" in report
-    assert "| **total** | | **3.7 min (224 s)** | |" in report
+    assert "| stage1 | stage1 step | 61.0 s | - | done |" in report
+    assert "| **total** | | **3.7 min (224 s)** | 0 s | |" in report
     assert "| stage2 | seed 6198 | 3 | 2.400 | 2.000 |" in report
     assert "| tiny_world_mc | acc | 0.300 | 0.800 |" in report  # stage1 and sft side by side
     assert "| tiny_world_arithmetic | exact_match (strict-match) | 0.000 | 0.400 |" in report

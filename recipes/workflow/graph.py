@@ -53,6 +53,7 @@ STAGE_KEYS = {
     "env",
     "matrix",
     "writes_manifest",
+    "recipe_overrides",
 }
 
 
@@ -70,6 +71,7 @@ class Stage:
     output: str = ""
     env: dict = field(default_factory=dict)
     values: dict = field(default_factory=dict)  # this entry's matrix values
+    recipe_overrides: dict = field(default_factory=dict)  # merged into the recipe -> <run>/pipeline/recipes/
     writes_manifest: bool = True  # False: the command writes no manifest.json, so the pipeline writes it after
     description: str = ""
     where: str = ""  # file:line of its YAML entry, for error messages
@@ -192,6 +194,7 @@ def load_pipeline(path: str | Path, output_dir: str | Path | None = None, overri
                     output=str(entry.get("output") or name),
                     env={str(k): str(v) for k, v in (entry.get("env") or {}).items()},
                     values=values,
+                    recipe_overrides=entry.get("recipe_overrides") or {},
                     writes_manifest=bool(entry.get("writes_manifest", True)),
                     description=str(entry.get("description") or ""),
                     where=where,
@@ -215,6 +218,9 @@ def load_pipeline(path: str | Path, output_dir: str | Path | None = None, overri
     for stage in pipeline.stages:
         stage.env = {k: substitute(pipeline, stage, v, f"env.{k}") for k, v in stage.env.items()}
         command_line(pipeline, stage)  # resolves every placeholder and checks files now, before anything runs
+        if stage.recipe_overrides and not stage.recipe:
+            raise RecipeError(f"{stage.where}: stage '{stage.name}' has recipe_overrides but no recipe")
+        render_recipe(pipeline, stage)
     outputs = [s.output for s in pipeline.stages]
     if len(set(outputs)) != len(outputs):
         raise RecipeError(f"{path}: two stages write the same output folder ({outputs})")
@@ -352,5 +358,43 @@ def command_line(pipeline: Pipeline, stage: Stage) -> list[str]:
     else:
         argv = [_program(words[0]), *words[1:]]
     if stage.recipe:
-        argv += ["--config", _existing(stage.recipe, stage, "recipe")]
+        argv += ["--config", str(resolved_recipe_path(pipeline, stage) or _existing(stage.recipe, stage, "recipe"))]
     return argv + _arguments(pipeline, stage)
+
+
+def resolved_recipe_path(pipeline: Pipeline, stage: Stage) -> Path | None:
+    """Where a stage with `recipe_overrides` gets its merged recipe written (None: it runs its recipe as is)."""
+    if not stage.recipe_overrides:
+        return None
+    return pipeline.output_dir / "pipeline" / "recipes" / f"{stage.name}.yaml"
+
+
+def _merge(base, override):
+    if isinstance(base, dict) and isinstance(override, dict):
+        return {**base, **{k: _merge(base.get(k), v) for k, v in override.items()}}
+    return override
+
+
+def _fill(pipeline: Pipeline, stage: Stage, value, what: str):
+    if isinstance(value, dict):
+        return {k: _fill(pipeline, stage, v, f"{what}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fill(pipeline, stage, v, what) for v in value]
+    if isinstance(value, str):
+        filled = substitute(pipeline, stage, value, what)
+        return yaml.safe_load(filled) if PLACEHOLDER.fullmatch(value) and isinstance(filled, str) else filled
+    return value
+
+
+def render_recipe(pipeline: Pipeline, stage: Stage) -> str | None:
+    """The recipe text a stage runs with `recipe_overrides` merged in (mappings merged key by key, anything else
+    replaced; placeholders filled). Its first comment line (hardware, batch) is kept and the origin stated."""
+    if not stage.recipe_overrides:
+        return None
+    source = Path(_existing(stage.recipe, stage, "recipe"))
+    text = source.read_text()
+    base = yaml.safe_load(text) or {}
+    merged = _merge(base, _fill(pipeline, stage, stage.recipe_overrides, "recipe_overrides"))
+    first = text.splitlines()[0] if text.startswith("#") else "#"
+    header = f"{first}\n# {stage.recipe} with the overrides of stage '{stage.name}' in {pipeline.path}\n"
+    return header + yaml.safe_dump(merged, sort_keys=False, default_flow_style=None)

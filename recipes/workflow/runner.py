@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shlex
 import shutil
 import subprocess
@@ -24,7 +25,7 @@ from tqdm.auto import tqdm
 from recipes.training.args import RecipeError
 from recipes.training.manifest import MANIFEST, file_digest, read_manifest, require_complete, write_manifest
 
-from .graph import ROOT, Pipeline, Stage, _arguments, command_line
+from .graph import ROOT, Pipeline, Stage, _arguments, command_line, render_recipe, resolved_recipe_path
 
 
 class StageFailed(RuntimeError):
@@ -70,6 +71,7 @@ def fingerprint(pipeline: Pipeline, stage: Stage) -> str | None:
         "accelerate_config": stage.accelerate_config and file_digest(_file(stage.accelerate_config)),
         "recipe": stage.recipe,
         "recipe_digest": stage.recipe and file_digest(_file(stage.recipe)),
+        "recipe_overrides": render_recipe(pipeline, stage),
         "args": _arguments(pipeline, stage),
         "env": {**pipeline.env, **stage.env},
         "inputs": inputs,
@@ -130,6 +132,11 @@ def _stream(proc, log, bar, verbose: bool) -> list[str]:
     return (tail + [pending])[-20:] if pending.strip() else tail
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False) -> dict:
     """Run one stage whose inputs are complete; return its run record or raise `StageFailed`."""
     for name in stage.inputs:
@@ -139,6 +146,10 @@ def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False)
         shutil.rmtree(output)  # made by another recipe or input: start clean (entry points refuse foreign runs)
     # A command that writes no manifest is not a project entry point; give it its folder (e.g. for --output x.json).
     (output if not stage.writes_manifest else output.parent).mkdir(parents=True, exist_ok=True)
+    resolved = resolved_recipe_path(pipeline, stage)
+    if resolved is not None:
+        resolved.parent.mkdir(parents=True, exist_ok=True)
+        resolved.write_text(render_recipe(pipeline, stage))
     argv = command_line(pipeline, stage)
     log = log_path(pipeline, stage)
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -147,7 +158,7 @@ def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False)
         "group": stage.group,
         "description": stage.description,
         "command": shlex.join(argv),
-        "recipe": stage.recipe,
+        "recipe": str(resolved or stage.recipe) if stage.recipe else None,
         "inputs": stage.inputs,
         "values": stage.values,
         "output": str(output),
@@ -158,7 +169,7 @@ def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False)
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
     _write_record(pipeline, stage, record)
-    start = time.monotonic()
+    start, cpu_start = time.monotonic(), _children_cpu()
     with open(log, "wb") as handle:
         handle.write(f"$ {shlex.join(argv)}\n".encode())
         handle.flush()
@@ -176,7 +187,9 @@ def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False)
                 proc.kill()
             _write_record(pipeline, stage, {**record, "status": "interrupted", "wall_s": time.monotonic() - start})
             raise
-    record.update(wall_s=round(time.monotonic() - start, 2), returncode=code)
+    # CPU seconds of the stage's processes: unlike wall time, barely changed by other load on the machine.
+    record.update(wall_s=round(time.monotonic() - start, 2), cpu_s=round(_children_cpu() - cpu_start, 2))
+    record["returncode"] = code
     record["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     problem = None
     if code != 0:
