@@ -245,3 +245,23 @@ def test_bad_pipeline_files_are_clear_errors(tmp_path, body, message):
     graph = write_pipeline(tmp_path, "# bad\nstages:\n" + body)
     with pytest.raises(RecipeError, match=message.replace("{", r"\{").replace("}", r"\}")):
         load_pipeline(graph)
+
+
+def test_shipped_pipelines_resolve(tmp_path, capsys):
+    """The demo and the published-run graphs load, name real recipes and entry points, and order their stages."""
+    tiny = load_pipeline("recipes/tiny/pipeline.yaml", tmp_path / "demo")
+    names = [s.name for s in tiny.stages]
+    assert names[:5] == ["data", "tokenizer", "prepare", "stage1", "stage2_5796"] and names[-1] == "report"
+    assert names.index("merge") < names.index("sft") < names.index("dpo") < names.index("eval_dpo")
+    assert {"eval_stage1", "eval_merge", "eval_sft", "eval_dpo", "draft", "speculative", "release"} <= set(names)
+    assert tiny.output_dir == tmp_path / "demo" and load_pipeline("recipes/tiny/pipeline.yaml").output_dir.parts == (
+        "runs",
+        "demo",
+    )
+    published = load_pipeline("recipes/instella-3b/pipeline.yaml", tmp_path / "i3b")
+    stage1 = command_line(published, published.stage("stage1"))
+    assert stage1[1:4] == ["launch", "--config_file", "accelerate_configs/fsdp2_hybrid_shard_16x8_mi300x.yaml"]
+    assert "recipes/instella-3b/pretrain_stage1.yaml" in stage1
+    assert [s.values["seed"] for s in published.select("stage2")] == [5796, 6198, 8915]
+    assert main(["--config", "recipes/instella-3b/pipeline.yaml", "--output_dir", str(tmp_path), "--dry_run"]) == 0
+    assert "# sft: waiting" in capsys.readouterr().out

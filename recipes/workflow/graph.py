@@ -281,8 +281,10 @@ def substitute(pipeline: Pipeline, stage: Stage, text, what: str) -> str | list[
         return str(text) if not isinstance(text, bool) else str(text).lower()
     values = placeholder_values(pipeline, stage)
     whole = PLACEHOLDER.fullmatch(text)
-    if whole and isinstance(values.get(whole.group(1)), list):
-        return values[whole.group(1)]
+    if whole and (
+        isinstance(values.get(whole.group(1)), list) or (whole.group(1) in values and values[whole.group(1)] is None)
+    ):
+        return values[whole.group(1)]  # several folders, or None: a var set to null leaves the argument out
 
     def fill(match):
         key = match.group(1)
@@ -339,7 +341,8 @@ def _arguments(pipeline: Pipeline, stage: Stage) -> list[str]:
             out += [flag, *items]
         else:
             filled = substitute(pipeline, stage, value, f"args.{key}")
-            out += [flag, *filled] if isinstance(filled, list) else [flag, filled]
+            if filled is not None:
+                out += [flag, *filled] if isinstance(filled, list) else [flag, filled]
     return out
 
 
