@@ -243,7 +243,7 @@ def run_pipeline(
     if only:
         check_inputs(pipeline, stages)
     summary = []
-    bar_format = "{desc}: {bar:12} {n_fmt}/{total_fmt} stages [{elapsed}] {postfix}"
+    bar_format = "{desc}: {bar:12} {n_fmt}/{total_fmt} stages [{elapsed}]{postfix}"
     bar = None if verbose else tqdm(total=len(stages), dynamic_ncols=True, file=sys.stderr, bar_format=bar_format)
     say = print if verbose else tqdm.write
     try:

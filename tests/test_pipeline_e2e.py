@@ -1,0 +1,78 @@
+"""The whole demo pipeline (`recipes/tiny/pipeline.yaml`, the real entry points, TRL and lm-eval) at an even smaller
+size: every stage's output loads, the merge is the mean of the three stage-2 seeds, SFT beats stage 1 on the task
+SFT teaches (the capitals of TinyWorld, asked as multiple choice by the offline lm-eval suite), and a second run
+skips everything."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import modeling_instella  # noqa: F401  (registers "instella")
+from recipes.pipeline import main
+from recipes.workflow.results import read_eval_results
+
+# Smaller than the demo: hidden 64, 2 layers, fewer problems (so the 24 capital questions weigh more in SFT).
+SMALL = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_layers": 2,
+    "stage1_epochs": 3,
+    "stage2_steps": 4,
+    "n_train_problems": 120,
+    "sft_epochs": 8,
+    "dpo_epochs": 1,
+    "draft_epochs": 1,
+    "eval_limit": 24,
+    "spec_prompts": 1,
+    "spec_new_tokens": 8,
+}
+MODELS = ["stage1", "stage2_5796", "stage2_6198", "stage2_8915", "merge", "sft", "dpo", "draft", "release"]
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    out = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        out.update(load_file(file))
+    return out
+
+
+def _score(run: Path, stage: str, task: str = "tiny_world_mc", metric: str = "acc") -> float:
+    rows = read_eval_results([run / f"eval_{stage}"])
+    return next(r["value"] for r in rows if r["task"] == task and r["metric"] == metric)
+
+
+@pytest.mark.slow
+def test_whole_pipeline_small(tmp_path, capsys):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    run = tmp_path / "demo"
+    overrides = [item for key, value in SMALL.items() for item in ("--set", f"{key}={value}")]
+    assert main(["--config", "recipes/tiny/pipeline.yaml", "--output_dir", str(run), *overrides]) == 0, capsys
+
+    for name in MODELS:  # every checkpoint loads with its tokenizer and runs
+        model = AutoModelForCausalLM.from_pretrained(run / name)
+        tokenizer = AutoTokenizer.from_pretrained(run / name)
+        ids = tokenizer("The capital of", return_tensors="pt").input_ids
+        assert torch.isfinite(model(ids).logits).all(), name
+    assert json.loads((run / "tokenizer" / "manifest.json").read_text())["tokenizer"]["kind"].startswith("trained")
+
+    seeds = [_weights(run / f"stage2_{s}") for s in (5796, 6198, 8915)]
+    merged = _weights(run / "merge")
+    assert merged.keys() == seeds[0].keys()
+    assert not torch.equal(seeds[0]["lm_head.weight"], seeds[1]["lm_head.weight"])  # the seeds differ
+    for key, value in merged.items():
+        torch.testing.assert_close(value, sum(s[key].float() for s in seeds) / 3, rtol=1e-6, atol=1e-7)
+
+    assert _score(run, "sft") > _score(run, "stage1")  # SFT teaches the capitals the MC task asks about
+    for stage in ("stage1", "merge", "sft", "dpo"):
+        assert read_eval_results([run / f"eval_{stage}"]), stage
+    report = (run / "report.md").read_text()
+    assert "| tiny_world_mc | acc |" in report and "loss_stage2.png" in report and "| greedy |" in report
+    assert json.loads((run / "speculative" / "speculative.json").read_text())[0]["drafted_tokens"] > 0
+
+    capsys.readouterr()
+    assert main(["--config", "recipes/tiny/pipeline.yaml", "--output_dir", str(run), *overrides]) == 0
+    assert "0 stage(s) ran" in capsys.readouterr().out
