@@ -20,9 +20,10 @@ The file format (see docs/pipeline.md):
         inputs: [stage2]                 # a matrix name stands for all of its stages
         args: {inputs: "{stage2}"}       # ... and expands to their output folders (several arguments)
 
-Placeholders in args, output and env: `{output}` (this stage's folder), `{run}` (the output_dir), `{<stage>}` (that
-stage's output folder), matrix keys, and `vars`. Everything is checked before any stage runs: unknown keys (with
-file:line), unknown inputs, cycles, unknown placeholders, missing scripts and recipe files.
+Placeholders in args, output and env: `{output}` (this stage's folder), `{run}` (the output_dir), `{root}` (the
+repository), `{<stage>}` (that stage's output folder), matrix keys, and `vars`. Everything is checked before any
+stage runs: unknown keys (with file:line), unknown inputs, cycles, unknown placeholders, missing scripts and recipe
+files.
 """
 
 import difflib
@@ -271,6 +272,7 @@ def placeholder_values(pipeline: Pipeline, stage: Stage) -> dict:
         values[group] = [str(pipeline.output_dir / pipeline.stage(n).output) for n in names]
     values.update({str(k): v for k, v in stage.values.items()})
     values["run"] = str(pipeline.output_dir)
+    values["root"] = str(ROOT)  # the repository (for data files of tools run from another directory)
     values["output"] = str(pipeline.output_dir / stage.output)
     return values
 
