@@ -89,28 +89,40 @@ def wall_time_section(records: list[dict], plots: Path, link: Path) -> list[str]
 
 
 def loss_section(records: list[dict], plots: Path, link: Path) -> list[str]:
-    groups: dict[str, list[tuple[str, list]]] = {}
+    groups: dict[str, list[tuple[str, list, str]]] = {}
     for r in records:
         history = loss_history(r["output"])
         if history:
             label = ", ".join(f"{k} {v}" for k, v in (r.get("values") or {}).items()) or r["stage"]
-            groups.setdefault(r.get("group") or r["stage"], []).append((label, history))
+            groups.setdefault(r.get("group") or r["stage"], []).append((label, history, r["output"]))
     if not groups:
         return ["## Loss curves", "", "No stage logged a training loss (no trainer_state.json found).", ""]
     lines = ["## Loss curves", "", "| stage | run | steps | first loss | last loss |", "|---|---|---|---|---|"]
     for group, runs in groups.items():
-        for label, history in runs:
+        for label, history, _ in runs:
             lines.append(f"| {group} | {label} | {history[-1][0]} | {history[0][1]:.3f} | {history[-1][1]:.3f} |")
     lines.append("")
     for group, runs in groups.items():
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        for label, history in runs:
+        margins = {label: loss_history(folder, "rewards/margins") for label, _, folder in runs}
+        panels = 2 if any(margins.values()) else 1  # DPO: also the reward margin (chosen minus rejected)
+        fig, axes = plt.subplots(1, panels, figsize=(7 * panels, 4.2), squeeze=False)
+        ax = axes[0][0]
+        for label, history, _ in runs:
             steps, values = zip(*history)
             ax.plot(steps, values, label=label, linewidth=1.6, marker="." if len(steps) < 40 else None)
-        what = "seeds" if len(runs) > 1 else "run"
-        _style(ax, f"{group}: training loss ({len(runs)} {what})", "optimizer step", LOSS_LABELS.get(group, "loss"))
+        title = f"{group}: training loss" + (f" ({len(runs)} seeds)" if len(runs) > 1 else "")
+        _style(ax, title, "optimizer step", LOSS_LABELS.get(group, "loss (mean token cross-entropy)"))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize=9)
+        if panels == 2:
+            ax = axes[0][1]
+            for label, history in margins.items():
+                if history:
+                    steps, values = zip(*history)
+                    ax.plot(steps, values, label=label, linewidth=1.6, marker=".", color="#c44e52")
+            _style(ax, f"{group}: reward margin", "optimizer step", "reward(chosen) - reward(rejected)")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.legend(fontsize=9)
         fig.tight_layout()
         fig.savefig(plots / f"loss_{group}.png", dpi=110)
         plt.close(fig)
