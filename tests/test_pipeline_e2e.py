@@ -1,7 +1,7 @@
 """The whole demo pipeline (`recipes/tiny/pipeline.yaml`, the real entry points, TRL and lm-eval) at an even smaller
 size: every stage's output loads, the merge is the mean of the three stage-2 seeds, SFT beats stage 1 on the task
-SFT teaches (the capitals of TinyWorld, asked as multiple choice by the offline lm-eval suite), and a second run
-skips everything."""
+SFT teaches (the capitals of TinyWorld, asked as multiple choice in the chat layout: lm-eval task
+tiny_world_facts_chat), and a second run skips everything."""
 
 import json
 from pathlib import Path
@@ -22,7 +22,8 @@ SMALL = {
     "stage1_epochs": 3,
     "stage2_steps": 4,
     "n_train_problems": 120,
-    "sft_epochs": 8,
+    "sft_epochs": 3,
+    "sft_fact_repeat": 8,
     "dpo_epochs": 1,
     "draft_epochs": 1,
     "eval_limit": 24,
@@ -39,7 +40,7 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
     return out
 
 
-def _score(run: Path, stage: str, task: str = "tiny_world_mc", metric: str = "acc") -> float:
+def _score(run: Path, stage: str, task: str = "tiny_world_facts_chat", metric: str = "acc") -> float:
     rows = read_eval_results([run / f"eval_{stage}"])
     return next(r["value"] for r in rows if r["task"] == task and r["metric"] == metric)
 
@@ -66,11 +67,11 @@ def test_whole_pipeline_small(tmp_path, capsys):
     for key, value in merged.items():
         torch.testing.assert_close(value, sum(s[key].float() for s in seeds) / 3, rtol=1e-6, atol=1e-7)
 
-    assert _score(run, "sft") > _score(run, "stage1")  # SFT teaches the capitals the MC task asks about
+    assert _score(run, "sft") > _score(run, "stage1") + 0.1  # SFT teaches the capitals this task asks about
     for stage in ("stage1", "merge", "sft", "dpo"):
         assert read_eval_results([run / f"eval_{stage}"]), stage
     report = (run / "report.md").read_text()
-    assert "| tiny_world_mc | acc |" in report and "loss_stage2.png" in report and "| greedy |" in report
+    assert "| tiny_world_facts_chat | acc |" in report and "loss_stage2.png" in report and "| greedy |" in report
     assert json.loads((run / "speculative" / "speculative.json").read_text())[0]["drafted_tokens"] > 0
 
     capsys.readouterr()
