@@ -148,14 +148,14 @@ def eval_section(records: list[dict], plots: Path, link: Path) -> list[str]:
         cells = [f"{scores[m][(task, metric)]:.3f}" if (task, metric) in scores[m] else "-" for m in models]
         lines.append(f"| {task} | {metric} | " + " | ".join(cells) + " |")
     lines.append("")
-    fig, ax = plt.subplots(figsize=(max(7, 1.3 * len(keys) + 2), 4.5))
+    fig, ax = plt.subplots(figsize=(max(7, 1.8 * len(keys) + 2), 4.8))
     width = 0.8 / len(models)
     for i, model in enumerate(models):
         xs = [k + (i - (len(models) - 1) / 2) * width for k in range(len(keys))]
         bars = ax.bar(xs, [scores[model].get(key, 0.0) for key in keys], width, label=model)
         ax.bar_label(bars, fmt="%.2f", fontsize=8, padding=2)
     ax.set_xticks(range(len(keys)))
-    ax.set_xticklabels([f"{t}\n{m}" for t, m in keys], fontsize=8)
+    ax.set_xticklabels([f"{t}\n{m.replace(' (', chr(10) + '(')}" for t, m in keys], fontsize=8)
     ax.set_ylim(0, 1.05)
     _style(ax, "Evaluation scores per stage", "task / metric", "score (higher is better)")
     ax.legend(title="checkpoint", fontsize=9)
@@ -187,6 +187,13 @@ def speculative_section(records: list[dict]) -> list[str]:
             f"{num('tokens_per_s_assisted', '.1f')} | {num('speedup', '.2f')}x | "
             f"{s.get('identical_outputs', '-')}/{s.get('prompts', '-')} |"
         )
+    if any(isinstance(s.get("speedup"), int | float) and s["speedup"] < 1 for _, s in rows):
+        lines += [
+            "",
+            "A speedup below 1 means assisted generation was slower here: with models this small a forward pass "
+            "costs little more than the per-step overhead, so drafting saves nothing on a CPU; the acceptance rate "
+            "(how often the target agrees with the draft) is the number that carries over to real model sizes.",
+        ]
     return lines + [""]
 
 

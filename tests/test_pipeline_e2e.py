@@ -1,5 +1,5 @@
-"""The whole demo pipeline (`recipes/tiny/pipeline.yaml`, the real entry points, TRL and lm-eval) at an even smaller
-size: every stage's output loads, the merge is the mean of the three stage-2 seeds, SFT beats stage 1 on the task
+"""The demo pipeline (`recipes/tiny/pipeline.yaml`, the real entry points, TRL and lm-eval) at an even smaller size,
+from data to DPO and the evaluations of stage 1 and SFT: every stage's output loads, the merge is the mean of the three stage-2 seeds, SFT beats stage 1 on the task
 SFT teaches (the capitals of TinyWorld, asked as multiple choice in the chat layout: lm-eval task
 tiny_world_facts_chat), and a second run skips everything."""
 
@@ -25,12 +25,12 @@ SMALL = {
     "sft_epochs": 3,
     "sft_fact_repeat": 8,
     "dpo_epochs": 1,
-    "draft_epochs": 1,
     "eval_limit": 24,
-    "spec_prompts": 1,
-    "spec_new_tokens": 8,
 }
-MODELS = ["stage1", "stage2_5796", "stage2_6198", "stage2_8915", "merge", "sft", "dpo", "draft", "release"]
+# The training chain and the two evaluations the assertion needs; the demo itself (`make demo`) runs the rest of the
+# graph (draft, speculative decoding, release, report), each also tested on its own (test_release, test_pipeline_report).
+STAGES = ["data", "tokenizer", "prepare", "stage1", "stage2", "merge", "sft", "dpo", "eval_stage1", "eval_sft"]
+MODELS = ["stage1", "stage2_5796", "stage2_6198", "stage2_8915", "merge", "sft", "dpo"]
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -51,7 +51,8 @@ def test_whole_pipeline_small(tmp_path, capsys):
 
     run = tmp_path / "demo"
     overrides = [item for key, value in SMALL.items() for item in ("--set", f"{key}={value}")]
-    assert main(["--config", "recipes/tiny/pipeline.yaml", "--output_dir", str(run), *overrides]) == 0, capsys
+    overrides += [item for stage in STAGES for item in ("--stage", stage)]
+    assert main(["--config", "recipes/tiny/pipeline.yaml", "--output_dir", str(run), *overrides]) == 0
 
     for name in MODELS:  # every checkpoint loads with its tokenizer and runs
         model = AutoModelForCausalLM.from_pretrained(run / name)
@@ -68,11 +69,8 @@ def test_whole_pipeline_small(tmp_path, capsys):
         torch.testing.assert_close(value, sum(s[key].float() for s in seeds) / 3, rtol=1e-6, atol=1e-7)
 
     assert _score(run, "sft") > _score(run, "stage1") + 0.1  # SFT teaches the capitals this task asks about
-    for stage in ("stage1", "merge", "sft", "dpo"):
-        assert read_eval_results([run / f"eval_{stage}"]), stage
-    report = (run / "report.md").read_text()
-    assert "| tiny_world_facts_chat | acc |" in report and "loss_stage2.png" in report and "| greedy |" in report
-    assert json.loads((run / "speculative" / "speculative.json").read_text())[0]["drafted_tokens"] > 0
+    assert {r["task"] for r in read_eval_results([run / "eval_sft"])} >= {"tiny_world_mc", "tiny_world_arithmetic"}
+    assert not (run / "report").exists()  # only the selected stages ran
 
     capsys.readouterr()
     assert main(["--config", "recipes/tiny/pipeline.yaml", "--output_dir", str(run), *overrides]) == 0
