@@ -1,7 +1,7 @@
 """The demo pipeline (`recipes/tiny/pipeline.yaml`, the real entry points, TRL and lm-eval) at an even smaller size,
-from data to DPO and the evaluations of stage 1 and SFT: every stage's output loads, the merge is the mean of the three stage-2 seeds, SFT beats stage 1 on the task
-SFT teaches (the capitals of TinyWorld, asked as multiple choice in the chat layout: lm-eval task
-tiny_world_facts_chat), and a second run skips everything."""
+from data to DPO and the evaluations of stage 1 and SFT: every stage's output loads, the merge is the mean of the
+three stage-2 seeds, SFT beats stage 1 on the task SFT teaches (the capitals of TinyWorld, asked as multiple choice
+in the chat layout: lm-eval task tiny_world_facts_chat), and a second run skips everything."""
 
 import json
 from pathlib import Path
@@ -28,7 +28,7 @@ SMALL = {
     "eval_limit": 24,
 }
 # The training chain and the two evaluations the assertion needs; the demo itself (`make demo`) runs the rest of the
-# graph (draft, speculative decoding, release, report), each also tested on its own (test_release, test_pipeline_report).
+# graph (draft, speculative decoding, release, report), each also tested on its own (test_release, test_pipeline_*).
 STAGES = ["data", "tokenizer", "prepare", "stage1", "stage2", "merge", "sft", "dpo", "eval_stage1", "eval_sft"]
 MODELS = ["stage1", "stage2_5796", "stage2_6198", "stage2_8915", "merge", "sft", "dpo"]
 
