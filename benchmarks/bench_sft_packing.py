@@ -53,10 +53,9 @@ def make_chats(path: Path, n: int, max_tokens: int, seed: int = 0) -> list[int]:
 def build(model_dir: Path, data: Path, out: Path, max_length: int, rows: int, layout: list[str]):
     """An SFT trainer from the tiny recipe with this layout, its optimizer, and an endless batch iterator."""
     argv = ["--config", TINY_SFT, "--model_name_or_path", str(model_dir), "--output_dir", str(out),
-            "--max_length", str(max_length), "--per_device_train_batch_size", str(rows),
+            "--sources", str(data), "--max_length", str(max_length), "--per_device_train_batch_size", str(rows),
             "--global_batch_size", str(rows), "--learning_rate", "1e-4", *layout]  # fmt: skip
     args, training_args, model_args = parse_recipe([sft.SFTRecipeArgs, sft.SFTConfig, sft.ModelConfig], argv)
-    args.sources = [{"path": str(data)}]
     trainer, _ = sft.build_trainer(args, training_args, model_args)
     trainer.create_optimizer()
     trainer.model.train()

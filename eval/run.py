@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+CHAT_SUITES = ("instella_instruct",)  # run with the model's chat template
 
 
 class EvalInputError(ValueError):
@@ -136,6 +137,8 @@ def lm_eval_command(args, extra: list[str]) -> list[str]:
         cmd += ["--limit", str(args.limit)]
     if args.output_path:
         cmd += ["--output_path", args.output_path]
+    if any(t.startswith(CHAT_SUITES) for t in args.tasks) and "--apply_chat_template" not in extra:
+        cmd += ["--apply_chat_template"]  # the instruct table was measured on chat-formatted prompts
     return cmd + extra
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
 HERE = Path(__file__).resolve().parent
@@ -227,7 +228,7 @@ def run_mode(
     result = ModeResult(mode)
     counts = result.counts
     count_drafts(target, counts)
-    for i, problem in enumerate(prompts):
+    for i, problem in enumerate(tqdm(prompts, desc=f"{mode} (target, then target+draft)", leave=False)):
         input_ids = tokenizer(problem["prompt"], return_tensors="pt").input_ids
         base, t_base = _generate(target, input_ids, gen_kwargs, seed + i)
         assisted, t_assisted = _generate(target, input_ids, gen_kwargs, seed + i, draft=draft)

@@ -45,7 +45,7 @@ class DPORecipeArgs(PostTrainArgs):
 def build_trainer(args, training_args, model_args):
     """Everything up to a ready trainer (data checked first); returns (trainer, data report dict)."""
     training_args.loss_type = [LOSS_ALIASES.get(t, t) for t in training_args.loss_type]
-    tokenizer = load_tokenizer_with_template(args, model_args.model_name_or_path)
+    tokenizer = load_tokenizer_with_template(args, model_args)
     mixture, sources = build_mixture(
         args.sources, seed=training_args.seed, num_proc=training_args.dataset_num_proc, default_converter="preference"
     )

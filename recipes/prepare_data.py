@@ -5,15 +5,12 @@
 Runs on CPU nodes before training; the output folder is what `recipes/pretrain.py --data_dir` reads.
 """
 
-import os
-
 from recipes.data.prepare import PrepareArguments, prepare
 from recipes.training.args import exit_on_recipe_error, parse_recipe
 
 
 @exit_on_recipe_error
 def main(argv: list[str] | None = None) -> None:
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # datasets.map forks: parallelism is per process
     (args,) = parse_recipe([PrepareArguments], argv)
     prepare(args)
 

@@ -11,6 +11,7 @@ import hashlib
 import importlib
 import json
 import os
+import shutil
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from recipes.data.packing import PackedWindows
 from recipes.data.tokenizer import load_tokenizer
 from recipes.training.args import RecipeError, check_global_batch, exit_on_recipe_error, parse_recipe
 from recipes.training.callbacks import NonFiniteCallback, PreemptionCallback
-from recipes.training.checkpoints import resolve_resume
+from recipes.training.checkpoints import STAGING, resolve_resume
 from recipes.training.checks import check_tokenizer_fits
 from recipes.training.manifest import file_digest, read_manifest, require_complete, write_manifest
 from recipes.training.model_factory import build_model
@@ -205,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     if resume is not None and not Path(resume).is_dir():
         raise RecipeError(f"resume_from_checkpoint {resume} does not exist")
     if train.process_index == 0:
+        # a checkpoint left half-written in .staging by a killed run is never resumed from: drop it
+        shutil.rmtree(output_dir / STAGING, ignore_errors=True)
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / RUN_FILE).write_text(json.dumps(identity, indent=2, default=str) + "\n")
 
@@ -239,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if use_cache is not None:
         model.config.use_cache = use_cache
+    fsdp_plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
+    if fsdp_plugin is not None:
+        # checkpoints stay sharded (DCP, fast, reshapeable); the final model is one HF safetensors folder
+        fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
     trainer.save_model(str(output_dir))
     trainer.save_state()
     if trainer.is_world_process_zero():

@@ -46,7 +46,7 @@ def build_trainer(args, training_args, model_args):
             "remove assistant_only_loss / completion_only_loss: this recipe already builds assistant-only labels "
             "from the Instella chat template (see recipes/post_training/template.py)"
         )
-    tokenizer = load_tokenizer_with_template(args, model_args.model_name_or_path)
+    tokenizer = load_tokenizer_with_template(args, model_args)
     mixture, sources = build_mixture(args.sources, seed=training_args.seed, num_proc=training_args.dataset_num_proc)
     mixture = cap_rows(mixture, args)
     train, report = prepare_sft_dataset(

@@ -1,5 +1,7 @@
 """The Instella chat template and its SFT label mask, with the real OLMo tokenizer (SPEC.md section 1)."""
 
+import copy
+
 import pytest
 
 from recipes.post_training.template import IGNORE_INDEX, install_chat_template, tokenize_conversation
@@ -14,7 +16,7 @@ ASSISTANT2 = {"role": "assistant", "content": " Rome."}  # leading space: the ca
 
 @pytest.fixture(scope="module")
 def tok(olmo_tokenizer):
-    return install_chat_template(olmo_tokenizer)
+    return install_chat_template(copy.deepcopy(olmo_tokenizer))  # the session fixture stays untouched
 
 
 # The SPEC.md layout, written out by hand: (text, trained) segments.

@@ -57,3 +57,9 @@ def test_too_little_data_for_one_window(run, tmp_path):
 
 def test_unknown_source_key(run, tmp_path):
     assert "unknown key(s) ['wieght']" in run([{"path": str(tmp_path), "wieght": 2}])
+
+
+def test_malformed_line_is_named_in_streaming_mode(run, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n' * 5 + "not json\n")
+    assert f"{bad}:6: malformed JSON" in run([str(bad)], streaming=True)

@@ -119,3 +119,15 @@ def test_packed_windows_dataset(tmp_path, tokenizer_dir):
     assert len(ds) == len(windows) and item["input_ids"].tolist() == windows[1].tolist()
     assert torch.equal(item["labels"], item["input_ids"])
     assert item["position_ids"].tolist() == position_ids_for(item["input_ids"], 0).tolist()
+
+
+def test_streaming_mode_packs_the_same_tokens(tmp_path, tokenizer_dir, tiny_tokenizer):
+    texts = [f"document number {i} says hello" for i in range(60)]
+    a = _write_jsonl(tmp_path / "a.jsonl", texts[:30])
+    b = _write_jsonl(tmp_path / "b.jsonl", texts[30:])
+    sources = [{"path": str(a), "weight": 1}, {"path": str(b), "weight": 1}]
+    out, manifest, windows = _prepare(tmp_path, tokenizer_dir, sources, streaming=True, shuffle_buffer=8)
+    expected = sum(len(tiny_tokenizer(t, add_special_tokens=False)["input_ids"]) + 1 for t in texts)
+    used = sum(v["used"] for v in manifest["tokens"].values())
+    assert used == expected  # all_exhausted interleaving of equal-sized sources: every document once
+    assert manifest["num_windows"] == expected // 16 == len(windows)

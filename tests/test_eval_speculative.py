@@ -59,9 +59,9 @@ def test_smaller_vocab_draft_is_padded_and_greedy_output_stays_the_targets(pair)
     assert logits.shape[-1] == len(tok) + 16
     assert torch.isinf(logits[..., len(tok) :]).all() and torch.isfinite(logits[..., : len(tok)]).all()
     draft.generation_config.num_assistant_tokens, draft.generation_config.assistant_confidence_threshold = 3, 0.0
-    prompts = spec.load_prompts(spec.DEFAULT_PROMPTS, limit=2)
+    prompts = spec.load_prompts(spec.DEFAULT_PROMPTS, limit=1)
     result = spec.run_mode(target, draft, tok, prompts, "greedy", MAX_NEW, execute=False)
-    assert result.identical == 2  # assisted greedy is exact whatever the draft proposes
+    assert result.identical == 1  # assisted greedy is exact whatever the draft proposes
     assert 0 <= result.counts.accepted <= result.counts.drafted
     summary = result.summary()
     assert summary["acceptance_rate"] == result.counts.accepted / result.counts.drafted

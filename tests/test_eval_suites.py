@@ -194,3 +194,15 @@ def test_preflight_errors_before_any_model_work(tiny_model_dir, tmp_path):
         run.preflight(tiny_model_dir, ["tiny_world", "no_such_suite"])
     # online suites and lm-eval's own tasks are known by name; their data is not built here (it would download)
     assert run.preflight(tiny_model_dir, ["instella_pretrain", "arc_easy"]) == 0
+
+
+def test_run_builds_the_lm_eval_command():
+    args = run.argparse.Namespace(
+        model_dir="m", tasks=["instella_instruct_offline"], num_fewshot=None, limit=3, output_path="o"
+    )
+    cmd = run.lm_eval_command(args, ["--batch_size", "auto"])
+    assert cmd[-2:] == ["--batch_size", "auto"] and "--apply_chat_template" in cmd
+    assert cmd[cmd.index("--model_args") + 1] == "pretrained=m,trust_remote_code=True"
+    assert cmd[cmd.index("--include_path") + 1] == str(run.TASKS_DIR) and cmd[cmd.index("--limit") + 1] == "3"
+    args.tasks = ["instella_pretrain"]
+    assert "--apply_chat_template" not in run.lm_eval_command(args, [])

@@ -1,5 +1,6 @@
 """SFT/DPO data: source converters, the mixture's upsampling, stage-2 text, and the bad-input policy with counts."""
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ A = {"role": "assistant", "content": "2 + 3 = 5. The answer is 5."}
 
 @pytest.fixture(scope="module")
 def tok(tiny_tokenizer):
-    return install_chat_template(tiny_tokenizer)
+    return install_chat_template(copy.deepcopy(tiny_tokenizer))  # the session fixture stays untouched
 
 
 def test_mmlu_auxiliary_train_shuffles_options_and_keeps_the_answer():
@@ -173,3 +174,77 @@ def test_recipes_parse(path):
         assert model_args.lora_target_modules == [
             "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"
         ]  # fmt: skip
+
+
+def test_bad_data_stops_the_recipe_before_any_output(tiny_model_dir, tmp_path, capsys):
+    from recipes import sft
+
+    bad = tmp_path / "bad.jsonl"
+    Dataset.from_list([{"messages": [U]}, {"messages": [{"role": "tool", "content": "x"}, A]}]).to_json(bad)
+    recipe = tmp_path / "sft.yaml"
+    recipe.write_text(
+        f"# test\nmodel_name_or_path: {tiny_model_dir}\noutput_dir: {tmp_path / 'out'}\nsources:\n"
+        f"  - {{path: {bad}}}\nreport_to: none\nbf16: false\n"
+    )
+    with pytest.raises(SystemExit) as err:
+        sft.main(["--config", str(recipe)])
+    assert err.value.code == 2
+    message = capsys.readouterr().err
+    assert "error: [sft data] 2 rows: kept 0" in message and "no assistant turn: 1" in message
+    assert "unknown role: 1" in message and not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_sources_and_policies_from_the_command_line(tmp_path):
+    from trl import ModelConfig, SFTConfig
+
+    from recipes.sft import SFTRecipeArgs
+
+    common = ["--output_dir", str(tmp_path), "--bf16", "false"]
+    args, _, _ = parse_recipe(
+        [SFTRecipeArgs, SFTConfig, ModelConfig], ["--sources", "{path: a.jsonl, repeat: 2}", "b.jsonl", *common]
+    )
+    assert args.sources == [{"path": "a.jsonl", "repeat": 2}, {"path": "b.jsonl"}]
+    with pytest.raises(RecipeError, match="overlong must be one of"):
+        parse_recipe([SFTRecipeArgs, SFTConfig, ModelConfig], ["--overlong", "cut", *common])
+
+
+def test_missing_input_model_is_a_clear_error(tmp_path, capsys):
+    from recipes import sft
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "sft.yaml"
+    with pytest.raises(SystemExit) as err:
+        sft.main(
+            ["--config", str(recipe), "--model_name_or_path", str(tmp_path / "nope"), "--output_dir", str(tmp_path)]
+        )
+    assert err.value.code == 2 and "does not exist" in capsys.readouterr().err
+
+
+def test_instella_recipes_match_the_published_settings():
+    """SPEC.md section 2, SFT and DPO rows."""
+    from trl import DPOConfig, ModelConfig, SFTConfig
+
+    from recipes.dpo import DPORecipeArgs
+    from recipes.sft import SFTRecipeArgs
+
+    cpu = ["--bf16", "false"]
+    args, t, _ = parse_recipe(
+        [SFTRecipeArgs, SFTConfig, ModelConfig], ["--config", str(RECIPES / "instella-3b/sft.yaml"), *cpu]
+    )
+    assert (t.learning_rate, t.lr_scheduler_kwargs, t.warmup_steps, t.num_train_epochs) == (
+        1e-5,
+        {"alpha_f": 0.001},
+        500,
+        3,
+    )
+    assert str(t.lr_scheduler_type.value) == "linear" and t.weight_decay == 0.1 and t.max_grad_norm == 1.0
+    assert (t.adam_beta1, t.adam_beta2, t.adam_epsilon) == (0.9, 0.95, 1e-8)
+    assert args.global_batch_size == 128 and t.max_length == 4096 and t.pad_to_multiple_of == 4096 and not t.packing
+    converters_and_repeats = {(s["converter"], s.get("repeat", 1)) for s in args.sources}
+    assert converters_and_repeats == {("smoltalk", 1), ("openmathinstruct2", 1), ("tulu3_persona_if", 1),
+                                      ("mmlu_auxiliary_train", 1), ("o1_journey", 10)}  # fmt: skip
+    args, t, _ = parse_recipe(
+        [DPORecipeArgs, DPOConfig, ModelConfig], ["--config", str(RECIPES / "instella-3b/dpo.yaml"), *cpu]
+    )
+    assert (t.learning_rate, t.warmup_steps, t.weight_decay, t.num_train_epochs, t.beta) == (5e-7, 0.1, 0.0, 1, 5.0)
+    assert t.loss_type == ["dpo_norm"] and t.max_length == 2048 and t.gradient_checkpointing
+    assert args.global_batch_size == 128 == t.per_device_train_batch_size * t.gradient_accumulation_steps * 8

@@ -89,3 +89,31 @@ def test_packed_and_padded_give_the_same_per_token_loss(tiny_model_dir, tmp_path
     torch.testing.assert_close(
         torch.tensor(_loss(packed, packs)), torch.tensor(_loss(padded, rows)), rtol=1e-5, atol=1e-5
     )
+
+
+@pytest.mark.gpu
+def test_packed_and_padded_agree_with_flash_attention(tiny_model_dir):
+    """On GPU the padding-free batch goes through flash-attn varlen (cu_seq_lens from TRL's collator)."""
+    from transformers.utils import is_flash_attn_2_available
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    if not torch.cuda.is_available() or not is_flash_attn_2_available():
+        pytest.skip("needs a CUDA/ROCm GPU with flash-attn installed")
+    from datasets import Dataset
+
+    from recipes.data.tiny_world import TinyWorld
+    from recipes.post_training.checks import prepare_sft_dataset
+
+    tokenizer = install_chat_template(load_tokenizer(tiny_model_dir))
+    rows, _ = prepare_sft_dataset(Dataset.from_list(TinyWorld().sft()[:16]), tokenizer, max_length=256)
+    rows = [rows[i] for i in range(len(rows))]
+    model = AutoModelForCausalLM.from_pretrained(
+        tiny_model_dir, dtype=torch.bfloat16, attn_implementation="flash_attention_2"
+    ).cuda()
+    losses = []
+    for padding_free in (False, True):
+        batch = DataCollatorForLanguageModeling(pad_token_id=1, padding_free=padding_free)(rows)
+        batch = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        with torch.no_grad():
+            losses.append(model(**batch).loss.float().item())
+    assert losses[0] == pytest.approx(losses[1], rel=2e-2)

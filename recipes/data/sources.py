@@ -27,6 +27,17 @@ import datasets
 from recipes.training.args import RecipeError
 
 _BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".txt": "text"}
+_COMPRESSED = (".gz", ".zst", ".bz2", ".xz")  # datasets decompresses these transparently
+
+
+def _kind(path: Path) -> str | None:
+    """The `datasets` builder for a data file (`x.jsonl`, `x.jsonl.zst`, ...), or None when it is not one."""
+    suffixes = path.suffixes
+    if suffixes and suffixes[-1] in _COMPRESSED:
+        suffixes = suffixes[:-1]
+    return _BUILDERS.get(suffixes[-1]) if suffixes else None
+
+
 _OPS = {
     "==": operator.eq,
     "!=": operator.ne,
@@ -86,11 +97,11 @@ def local_files(spec: SourceSpec) -> list[Path] | None:
     if path.is_file():
         return [path]
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in _BUILDERS)
+        files = sorted(p for p in path.rglob("*") if p.is_file() and _kind(p))
         if not files:
             raise RecipeError(f"source '{spec.name}': folder {path} holds no {'/'.join(_BUILDERS)} files")
         return files
-    looks_local = spec.path.startswith((".", "/", "~")) or Path(spec.path).suffix in _BUILDERS
+    looks_local = spec.path.startswith((".", "/", "~")) or _kind(Path(spec.path)) is not None
     if looks_local or spec.path.count("/") > 1:
         raise RecipeError(f"source '{spec.name}': {spec.path} does not exist (check the path in the recipe)")
     return None
@@ -117,7 +128,8 @@ def fingerprint(spec: SourceSpec) -> dict:
     return out
 
 
-def _find_bad_json_line(files: list[Path]) -> str | None:
+def find_bad_json_line(files: list[Path]) -> str | None:
+    """`file:line: what is wrong` for the first line of an (uncompressed) jsonl file that is not a JSON object."""
     for path in files:
         if path.suffix != ".jsonl":
             continue
@@ -132,13 +144,6 @@ def _find_bad_json_line(files: list[Path]) -> str | None:
                 if not isinstance(row, dict):
                     return f"{path}:{number}: each jsonl line must be a JSON object, got {type(row).__name__}"
     return None
-
-
-def _check_jsonl(files: list[Path]) -> None:
-    """Scan jsonl files line by line (fast: JSON parsing only) so a bad line is named before the expensive work."""
-    problem = _find_bad_json_line(files)
-    if problem:
-        raise RecipeError(problem)
 
 
 def load_source(spec: SourceSpec, streaming: bool = False, num_proc: int | None = None):
@@ -160,20 +165,25 @@ def load_source(spec: SourceSpec, streaming: bool = False, num_proc: int | None 
             except Exception as err:  # the Hub / builder error text is the useful part
                 raise RecipeError(f"source '{spec.name}': could not load dataset '{spec.path}': {err}") from None
         else:
-            builders = {_BUILDERS[p.suffix] for p in files}
+            builders = {_kind(p) for p in files}
             if len(builders) > 1:
                 raise RecipeError(f"source '{spec.name}': mixes file types {sorted(builders)}; split it")
             builder = builders.pop()
-            if builder == "json":
-                _check_jsonl(files)
             kwargs = {"sample_by": spec.sample_by} if builder == "text" else {}
             try:
                 ds = datasets.load_dataset(
                     builder, data_files=[str(p) for p in files], split="train", streaming=streaming, **kwargs
                 )
             except Exception as err:
-                raise RecipeError(f"source '{spec.name}': could not read {spec.path}: {err}") from None
-    columns = ds.column_names if ds.column_names is not None else list(next(iter(ds)).keys())
+                # datasets' parse errors do not say where; the line scan runs only now, so good data pays nothing
+                problem = find_bad_json_line(files) if builder == "json" else None
+                raise RecipeError(problem or f"source '{spec.name}': could not read {spec.path}: {err}") from None
+    try:  # a stream reveals its columns (and a bad first batch) only when read
+        columns = ds.column_names if ds.column_names is not None else list(next(iter(ds)).keys())
+    except Exception as err:
+        files = local_files(spec) if spec.path else None
+        problem = find_bad_json_line(files) if files else None
+        raise RecipeError(problem or f"source '{spec.name}': could not read {spec.name}: {err}") from None
     if spec.text_column not in columns:
         raise RecipeError(
             f"source '{spec.name}': no text column '{spec.text_column}' (columns: {columns}); "

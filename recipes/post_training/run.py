@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+import yaml
 from transformers import AutoModelForCausalLM
 from transformers.trainer_utils import get_last_checkpoint
 
@@ -16,6 +17,7 @@ from recipes.training.args import RecipeError, check_global_batch
 from recipes.training.checks import check_tokenizer_fits
 from recipes.training.manifest import file_digest, read_manifest, write_manifest
 
+from .checks import OVERLONG_POLICIES
 from .template import install_chat_template
 
 INSTELLA_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -26,7 +28,9 @@ class PostTrainArgs:
     """Recipe fields of both post-training stages (TRL's SFTConfig/DPOConfig and ModelConfig hold the rest; the
     LoRA block is ModelConfig's `use_peft`, `lora_r`, `lora_alpha`, `lora_dropout`, `lora_target_modules`)."""
 
-    sources: list[dict] = field(default_factory=list, metadata={"help": "Data sources (see mixture.py)."})
+    # Typed as strings so the command line can give them too (`--sources '{path: a.jsonl, repeat: 2}' b.jsonl`);
+    # YAML mappings from the recipe file arrive as dicts and are kept.
+    sources: list[str] = field(default_factory=list, metadata={"help": "Data sources: YAML mappings or paths."})
     tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Default: the input model's folder."})
     template_path: str | None = field(default=None, metadata={"help": "Chat template file; default: Instella's."})
     global_batch_size: int | None = field(default=None, metadata={"help": "Checked against the launch if set."})
@@ -34,9 +38,32 @@ class PostTrainArgs:
     max_skip_fraction: float = field(default=0.01, metadata={"help": "Error if more rows than this are skipped."})
     merge_lora: bool = field(default=True, metadata={"help": "With LoRA: merge into full weights in output_dir."})
     max_samples: int | None = field(default=None, metadata={"help": "Use only the first N mixed rows (smoke runs)."})
+    cpu_threads: int | None = field(
+        default=None, metadata={"help": "torch CPU threads (tiny CPU runs); default: torch's."}
+    )
+
+    def __post_init__(self):
+        self.sources = [_parse_source(s) for s in self.sources]
+        if self.cpu_threads:  # tiny models: thread sync costs more than a second core gains
+            torch.set_num_threads(self.cpu_threads)
+        if self.overlong not in OVERLONG_POLICIES:
+            raise ValueError(f"overlong must be one of {OVERLONG_POLICIES}, not '{self.overlong}'")
+        if not 0 <= self.max_skip_fraction <= 1:
+            raise ValueError(f"max_skip_fraction must be in [0, 1], not {self.max_skip_fraction}")
 
 
-def load_tokenizer_with_template(args: PostTrainArgs, model_path: str):
+def _parse_source(source) -> dict:
+    if isinstance(source, str):
+        parsed = yaml.safe_load(source)
+        return parsed if isinstance(parsed, dict) else {"path": source}
+    return source
+
+
+def load_tokenizer_with_template(args: PostTrainArgs, model_args):
+    """The tokenizer (its own path, else the input model's folder) with the Instella chat template installed."""
+    model_path = model_args.model_name_or_path
+    if not args.tokenizer_name_or_path:
+        check_model_path(model_args)
     tokenizer = load_tokenizer(args.tokenizer_name_or_path or model_path)
     return install_chat_template(tokenizer, args.template_path)
 
@@ -48,8 +75,8 @@ def cap_rows(dataset, args: PostTrainArgs):
     return dataset
 
 
-def load_model(model_args):
-    """The input model (any HF folder or Hub id with an Instella or other causal LM) in `model_args.dtype`."""
+def check_model_path(model_args) -> None:
+    """A clear error before any work when the input model folder is missing or is not a model folder."""
     path = model_args.model_name_or_path
     if not path:
         raise RecipeError("model_name_or_path is not set: point it at the previous stage's output folder")
@@ -58,6 +85,13 @@ def load_model(model_args):
         raise RecipeError(f"model folder {path} does not exist: run the previous stage or fix model_name_or_path")
     if Path(path).exists() and not (Path(path) / "config.json").is_file():
         raise RecipeError(f"{path} has no config.json: it is not a model folder (did the previous stage finish?)")
+    note_input(model_args)
+
+
+def load_model(model_args):
+    """The input model (any HF folder or Hub id with an Instella or other causal LM) in `model_args.dtype`."""
+    check_model_path(model_args)
+    path = model_args.model_name_or_path
     dtype = getattr(torch, model_args.dtype) if model_args.dtype not in (None, "auto") else model_args.dtype
     return AutoModelForCausalLM.from_pretrained(
         path, dtype=dtype, attn_implementation=model_args.attn_implementation, revision=model_args.model_revision
@@ -115,6 +149,16 @@ def save_outputs(trainer, model_args, args: PostTrainArgs, recipe: str | None, s
 def read_manifest_safe(model_args) -> dict | None:
     path = model_args.model_name_or_path
     return read_manifest(path) if path and Path(path).is_dir() else None
+
+
+def note_input(model_args) -> None:
+    """Say where the input comes from: a finished stage of this project (its manifest) or any other HF folder."""
+    manifest = read_manifest_safe(model_args)
+    if manifest:
+        stage, finished = manifest.get("stage"), manifest.get("finished_at")
+        print(f"input {model_args.model_name_or_path}: stage '{stage}' finished {finished}")
+    elif Path(model_args.model_name_or_path or "").is_dir():
+        print(f"input {model_args.model_name_or_path}: no manifest.json (not made by this project's pipeline)")
 
 
 def merge_adapter(base_path: str, adapter_dir: Path, output_dir: Path) -> None:

@@ -52,7 +52,9 @@ def _in_spans(start: int, end: int, spans: list[tuple[int, int]]) -> bool:
 def tokenize_conversations(tokenizer, conversations: list[list[dict]]) -> list[dict]:
     """Tokenize conversations (batched, fast tokenizer) into `{input_ids, labels}` with assistant-only labels:
     a token is trained iff its characters overlap an assistant span; everything else is -100."""
-    texts, all_spans = zip(*(render(tokenizer, m) for m in conversations), strict=True) if conversations else ((), ())
+    if not conversations:
+        return []
+    texts, all_spans = zip(*(render(tokenizer, m) for m in conversations), strict=True)
     encoded = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
     out = []
     for ids, offsets, spans in zip(encoded["input_ids"], encoded["offset_mapping"], all_spans, strict=True):

@@ -9,6 +9,7 @@ Trainer writes last).
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -51,8 +52,6 @@ def publish(staged: Path, final: Path) -> None:
         old = final.with_name(final.name + ".old")
         os.replace(final, old)
         os.replace(staged, final)
-        import shutil
-
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(staged, final)
