@@ -54,6 +54,9 @@ def main(argv=None) -> int:
     except StageFailed as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted: run the same command again to resume (complete stages are skipped)", file=sys.stderr)
+        return 130
     total = sum(row["wall_s"] or 0 for row in summary if row["action"] == "ran")
     ran = sum(row["action"] == "ran" for row in summary)
     skipped = len(summary) - ran
