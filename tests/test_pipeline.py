@@ -1,0 +1,267 @@
+"""The pipeline engine (`recipes/pipeline.py`, `recipes/workflow/`) on cheap dummy stages: order, matrix expansion,
+skip-when-complete, re-run of changed stages and their dependents, failures naming the stage and its log, and
+`--stage` checking its inputs first."""
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from recipes.pipeline import main
+from recipes.training.args import RecipeError
+from recipes.workflow.graph import command_line, load_pipeline
+from recipes.workflow.runner import read_record, stage_status
+
+# A stand-in entry point: appends its name to a shared journal, optionally fails, writes a manifest last.
+# Plain json (no project imports) so each stage costs one bare Python start.
+DUMMY = textwrap.dedent(
+    """
+    import argparse, json, sys
+    from pathlib import Path
+    p = argparse.ArgumentParser()
+    p.add_argument("--name"); p.add_argument("--output_dir"); p.add_argument("--journal"); p.add_argument("--config")
+    p.add_argument("--inputs", nargs="*", default=[]); p.add_argument("--value", default="0")
+    p.add_argument("--fail", default="0"); p.add_argument("--no_manifest", default="0")
+    a = p.parse_args()
+    for folder in a.inputs:
+        assert (Path(folder) / "manifest.json").is_file(), folder
+    with open(a.journal, "a") as j:
+        j.write(a.name + "\\n")
+    print(f"stage {a.name} working\\rstep 1\\rstep 2")
+    if a.fail == "1":
+        print("something broke", file=sys.stderr)
+        sys.exit(3)
+    out = Path(a.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "value.txt").write_text(a.value)
+    if a.config:
+        (out / "recipe.yaml").write_text(Path(a.config).read_text())
+    if a.no_manifest != "1":
+        (out / "manifest.json").write_text(json.dumps({"stage": a.name, "inputs": a.inputs}))
+    """
+)
+
+
+def write_pipeline(tmp_path: Path, body: str) -> Path:
+    (tmp_path / "dummy.py").write_text(DUMMY)
+    (tmp_path / "recipe.yaml").write_text("# dummy recipe\nvalue: 1\nmodel: {hidden: 64, layers: 2}\n")
+    path = tmp_path / "pipeline.yaml"
+    text = textwrap.dedent(body).replace("DUMMY", str(tmp_path / "dummy.py")).replace("JOURNAL", str(tmp_path / "j"))
+    path.write_text(text.replace("RECIPE", str(tmp_path / "recipe.yaml")))
+    return path
+
+
+GRAPH = """
+    # dummy pipeline: YAML order differs from the dependency order on purpose
+    output_dir: OUT
+    vars: {fail_sft: 0, value: 1}
+    stages:
+      - name: sft
+        command: DUMMY
+        inputs: [merge]
+        args: {name: sft, inputs: ["{merge}"], output_dir: "{output}", journal: JOURNAL, fail: "{fail_sft}"}
+      - name: data
+        command: DUMMY
+        recipe: RECIPE
+        args: {name: data, output_dir: "{output}", journal: JOURNAL}
+      - name: stage2
+        matrix: {seed: [11, 22, 33]}
+        command: DUMMY
+        inputs: [data]
+        args: {name: "stage2_{seed}", value: "{seed}", output_dir: "{output}", journal: JOURNAL}
+      - name: merge
+        command: DUMMY
+        inputs: [stage2]
+        args: {name: merge, inputs: "{stage2}", value: "{value}", output_dir: "{output}", journal: JOURNAL}
+      - name: report
+        command: DUMMY
+        inputs: [sft, data]
+        writes_manifest: false
+        args: {name: report, output_dir: "{output}", journal: JOURNAL, no_manifest: 1}
+"""
+
+
+@pytest.fixture
+def graph(tmp_path):
+    return write_pipeline(tmp_path, GRAPH.replace("OUT", str(tmp_path / "run")))
+
+
+def journal(tmp_path) -> list[str]:
+    path = tmp_path / "j"
+    return path.read_text().split() if path.exists() else []
+
+
+def test_graph_order_matrix_and_placeholders(graph, tmp_path):
+    pipeline = load_pipeline(graph)
+    assert [s.name for s in pipeline.stages] == [
+        "data", "stage2_11", "stage2_22", "stage2_33", "merge", "sft", "report",
+    ]  # fmt: skip
+    assert pipeline.groups == {"stage2": ["stage2_11", "stage2_22", "stage2_33"]}
+    merge = command_line(pipeline, pipeline.stage("merge"))
+    run = tmp_path / "run"
+    i = merge.index("--inputs")
+    assert merge[i + 1 : i + 4] == [str(run / f"stage2_{s}") for s in (11, 22, 33)]
+    data = command_line(pipeline, pipeline.stage("data"))
+    assert data[2:4] == ["--config", str(tmp_path / "recipe.yaml")]  # the recipe comes right after the script
+    assert [s.name for s in pipeline.select("stage2")] == ["stage2_11", "stage2_22", "stage2_33"]
+    assert load_pipeline(graph, tmp_path / "elsewhere").output_of(pipeline.stage("sft")) == tmp_path / "elsewhere/sft"
+
+
+def test_runs_in_order_then_skips_complete_and_redoes_changed(graph, tmp_path, capsys):
+    assert main(["--config", str(graph)]) == 0
+    order = ["data", "stage2_11", "stage2_22", "stage2_33", "merge", "sft", "report"]
+    assert journal(tmp_path) == order
+    run = tmp_path / "run"
+    for name in order:
+        assert (run / name / "manifest.json").is_file()
+        assert (run / "logs" / f"{name}.log").read_text().count(f"stage {name} working") == 1
+        record = read_record(load_pipeline(graph), load_pipeline(graph).stage(name))
+        assert record["status"] == "done" and record["wall_s"] >= 0 and record["cpu_s"] >= 0
+    # the pipeline wrote the manifest of the stage that writes none (report), naming its inputs
+    assert json.loads((run / "report" / "manifest.json").read_text())["inputs"]["sft"] == str(run / "sft")
+
+    assert main(["--config", str(graph)]) == 0  # everything complete: nothing runs
+    assert journal(tmp_path) == order
+    assert "7 skipped" in capsys.readouterr().out
+
+    # a changed argument re-runs that stage and everything downstream of it, nothing upstream
+    assert main(["--config", str(graph), "--set", "value=2"]) == 0
+    assert journal(tmp_path) == order + ["merge", "sft", "report"]
+    assert (run / "merge" / "value.txt").read_text() == "2"
+
+    # a stage output deleted by hand is made again, and its dependents follow
+    (run / "stage2_22" / "manifest.json").unlink()
+    assert main(["--config", str(graph), "--set", "value=2"]) == 0
+    assert journal(tmp_path)[-4:] == ["stage2_22", "merge", "sft", "report"]
+
+
+def test_changed_recipe_file_reruns_the_stage(graph, tmp_path):
+    assert main(["--config", str(graph)]) == 0
+    (tmp_path / "recipe.yaml").write_text("# dummy recipe\nvalue: 2\nmodel: {hidden: 64, layers: 2}\n")
+    pipeline = load_pipeline(graph)
+    assert stage_status(pipeline, pipeline.stage("data")) == "stale"
+    assert main(["--config", str(graph)]) == 0
+    assert journal(tmp_path).count("data") == 2 and journal(tmp_path).count("sft") == 2
+
+
+def test_recipe_overrides_are_merged_into_a_recorded_recipe(tmp_path):
+    graph = write_pipeline(
+        tmp_path,
+        f"""
+        # dummy
+        output_dir: {tmp_path / "run"}
+        vars: {{layers: 4}}
+        stages:
+          - name: train
+            command: DUMMY
+            recipe: RECIPE
+            recipe_overrides: {{model: {{layers: "{{layers}}"}}, data: ["{{run}}/x.jsonl"]}}
+            args: {{name: train, output_dir: "{{output}}", journal: JOURNAL}}
+        """,
+    )
+    assert main(["--config", str(graph)]) == 0
+    used = (tmp_path / "run" / "train" / "recipe.yaml").read_text()
+    assert used.startswith("# dummy recipe\n# ") and "overrides of stage 'train'" in used
+    assert yaml.safe_load(used) == {
+        "value": 1,
+        "model": {"hidden": 64, "layers": 4},
+        "data": [f"{tmp_path}/run/x.jsonl"],
+    }
+    assert main(["--config", str(graph), "--set", "layers=6"]) == 0  # a changed override re-runs the stage
+    assert journal(tmp_path) == ["train", "train"]
+    assert yaml.safe_load((tmp_path / "run" / "train" / "recipe.yaml").read_text())["model"]["layers"] == 6
+
+
+def test_failure_names_stage_and_log_and_stops(graph, tmp_path, capsys):
+    assert main(["--config", str(graph), "--set", "fail_sft=1"]) == 1
+    err = capsys.readouterr().err
+    log = tmp_path / "run" / "logs" / "sft.log"
+    assert "stage 'sft' failed: exited with code 3" in err and str(log) in err
+    assert "something broke" in err and "something broke" in log.read_text()
+    assert "report" not in journal(tmp_path)  # nothing after the failed stage ran
+    assert not (tmp_path / "run" / "sft" / "manifest.json").exists()
+    pipeline = load_pipeline(graph)
+    assert read_record(pipeline, pipeline.stage("sft"))["status"] == "failed"
+
+    # fixed: the next run skips what is complete and finishes the rest
+    assert main(["--config", str(graph)]) == 0
+    assert journal(tmp_path)[-2:] == ["sft", "report"] and journal(tmp_path).count("merge") == 1
+
+
+def test_stage_without_manifest_is_a_failure(tmp_path, capsys):
+    graph = write_pipeline(
+        tmp_path,
+        f"""
+        output_dir: {tmp_path / "run"}
+        stages:
+          - name: train
+            command: DUMMY
+            args: {{name: train, output_dir: "{{output}}", journal: JOURNAL, no_manifest: 1}}
+        """,
+    )
+    assert main(["--config", str(graph)]) == 1
+    assert "stage 'train' failed: exited 0 but wrote no manifest.json" in capsys.readouterr().err
+
+
+def test_single_stage_checks_its_inputs_first(graph, tmp_path, capsys):
+    with pytest.raises(SystemExit, match="2"):
+        main(["--config", str(graph), "--stage", "merge"])
+    err = capsys.readouterr().err
+    assert "stage 'merge' needs the output of stage 'stage2_11'" in err and "--stage stage2\n" in err
+    assert journal(tmp_path) == []
+
+    assert main(["--config", str(graph), "--stage", "data", "--stage", "stage2"]) == 0
+    assert main(["--config", str(graph), "--stage", "merge"]) == 0
+    assert journal(tmp_path) == ["data", "stage2_11", "stage2_22", "stage2_33", "merge"]
+    assert main(["--config", str(graph), "--stage", "merge"]) == 0  # complete: skipped
+    assert main(["--config", str(graph), "--stage", "merge", "--force"]) == 0
+    assert journal(tmp_path)[-2:] == ["merge", "merge"]
+
+
+def test_dry_run_prints_commands_and_status(graph, capsys):
+    assert main(["--config", str(graph), "--dry_run"]) == 0
+    out = capsys.readouterr().out
+    assert "# data: missing" in out and "# merge: waiting" in out and "--name stage2_22" in out
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("  - name: a\n    command: DUMMY\n    imputs: [b]\n", "pipeline.yaml:5: unknown stage key 'imputs'"),
+        ("  - name: a\n    command: DUMMY\n    inputs: [b]\n", "stage 'a' has unknown input 'b'"),
+        (
+            "  - name: a\n    command: DUMMY\n    inputs: [b]\n  - name: b\n    command: DUMMY\n    inputs: [a]\n",
+            "cycle among: a, b",
+        ),
+        ("  - name: a\n    command: DUMMY\n    args: {x: '{nope}'}\n", "unknown placeholder {nope}"),
+        ("  - name: a\n    command: DUMMY\n    recipe: missing.yaml\n", "recipe missing.yaml does not exist"),
+        ("  - name: a\n    command: nothere.py\n", "entry point nothere.py does not exist"),
+        ("  - name: a\n    command: DUMMY\n    output: ../escape\n", "must be a folder inside the output_dir"),
+    ],
+)
+def test_bad_pipeline_files_are_clear_errors(tmp_path, body, message):
+    graph = write_pipeline(tmp_path, "# bad\nstages:\n" + body)
+    with pytest.raises(RecipeError, match=message.replace("{", r"\{").replace("}", r"\}")):
+        load_pipeline(graph)
+
+
+def test_shipped_pipelines_resolve(tmp_path, capsys):
+    """The demo and the published-run graphs load, name real recipes and entry points, and order their stages."""
+    tiny = load_pipeline("recipes/tiny/pipeline.yaml", tmp_path / "demo")
+    names = [s.name for s in tiny.stages]
+    assert names[:5] == ["data", "tokenizer", "prepare", "stage1", "stage2_5796"] and names[-1] == "report"
+    assert names.index("merge") < names.index("sft") < names.index("dpo") < names.index("eval_dpo")
+    assert {"eval_stage1", "eval_merge", "eval_sft", "eval_dpo", "draft", "speculative", "release"} <= set(names)
+    assert tiny.output_dir == tmp_path / "demo" and load_pipeline("recipes/tiny/pipeline.yaml").output_dir.parts == (
+        "runs",
+        "demo",
+    )
+    published = load_pipeline("recipes/instella-3b/pipeline.yaml", tmp_path / "i3b")
+    stage1 = command_line(published, published.stage("stage1"))
+    assert stage1[1:4] == ["launch", "--config_file", "accelerate_configs/fsdp2_hybrid_shard_16x8_mi300x.yaml"]
+    assert "recipes/instella-3b/pretrain_stage1.yaml" in stage1
+    assert [s.values["seed"] for s in published.select("stage2")] == [5796, 6198, 8915]
+    assert main(["--config", "recipes/instella-3b/pipeline.yaml", "--output_dir", str(tmp_path), "--dry_run"]) == 0
+    assert "# sft: waiting" in capsys.readouterr().out

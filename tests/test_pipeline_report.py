@@ -1,0 +1,72 @@
+"""`recipes/demo_report.py` over a synthetic run folder: wall times from the run records, loss curves from
+`trainer_state.json` (the three stage-2 seeds on one chart), lm-eval scores side by side, speculative numbers."""
+
+import json
+
+from PIL import Image
+
+from recipes.demo_report import main
+
+
+def _record(run, stage, group, wall, inputs=(), values=None, started="2026-01-01T00:00:00"):
+    out = run / stage
+    out.mkdir(parents=True, exist_ok=True)
+    record = {
+        "stage": stage, "group": group, "description": f"{group} step", "status": "done", "wall_s": wall,
+        "output": str(out), "inputs": list(inputs), "values": values or {}, "started_at": started,
+    }  # fmt: skip
+    (run / "pipeline").mkdir(parents=True, exist_ok=True)
+    (run / "pipeline" / f"{stage}.json").write_text(json.dumps(record))
+    return out
+
+
+def _trainer_state(folder, losses):
+    history = [{"step": i + 1, "loss": v, "learning_rate": 1e-3} for i, v in enumerate(losses)]
+    (folder / "trainer_state.json").write_text(json.dumps({"log_history": history + [{"step": len(losses)}]}))
+
+
+def _lm_eval(folder, acc, em):
+    target = folder / "model__dir"
+    target.mkdir(parents=True)
+    results = {
+        "results": {
+            "tiny_world_mc": {"alias": "tiny_world_mc", "acc,none": acc, "acc_stderr,none": 0.05},
+            "tiny_world_arithmetic": {"exact_match,strict-match": em, "exact_match_stderr,strict-match": 0.1},
+            "tiny_world": {"alias": "tiny_world", "sample_len": 24},
+        },
+        "n-shot": {"tiny_world_mc": 0, "tiny_world_arithmetic": 0},
+    }
+    (target / "results_2026-01-01T00-00-00.json").write_text(json.dumps(results))
+
+
+def test_report_tables_and_plots(tmp_path):
+    run = tmp_path / "run"
+    _trainer_state(_record(run, "stage1", "stage1", 61.0, started="2026-01-01T00:00:01"), [6.0, 4.0, 3.0, 2.5])
+    for i, seed in enumerate((5796, 6198, 8915)):
+        out = _record(run, f"stage2_{seed}", "stage2", 20.0 + i, ["stage1"], {"seed": seed}, f"2026-01-01T00:01:0{i}")
+        _trainer_state(out, [2.5 - 0.1 * i, 2.2, 2.0])
+    _trainer_state(_record(run, "sft", "sft", 30.0, ["merge"], started="2026-01-01T00:02:00"), [3.0, 1.0, 0.5])
+    _lm_eval(_record(run, "eval_stage1", "eval_stage1", 15.0, ["stage1"], started="2026-01-01T00:03:00"), 0.3, 0.0)
+    _lm_eval(_record(run, "eval_sft", "eval_sft", 15.0, ["sft"], started="2026-01-01T00:03:30"), 0.8, 0.4)
+    spec = _record(run, "speculative", "speculative", 40.0, ["sft", "draft"], started="2026-01-01T00:04:00")
+    summary = {
+        "mode": "greedy", "prompts": 4, "acceptance_rate": 0.75, "drafted_tokens": 400, "accepted_tokens": 300,
+        "tokens_per_s_base": 100.0, "tokens_per_s_assisted": 180.0, "speedup": 1.8, "identical_outputs": 4,
+    }  # fmt: skip
+    (spec / "speculative.json").write_text(json.dumps([summary]))
+
+    main(["--run_dir", str(run)])
+    report = (run / "report.md").read_text()
+    assert "| stage1 | stage1 step | 61.0 s | - | done |" in report
+    assert "| **total** | | **3.7 min (224 s)** | 0 s | |" in report
+    assert "| stage2 | seed 6198 | 3 | 2.400 | 2.000 |" in report
+    assert "| tiny_world_mc | acc | 0.300 | 0.800 |" in report  # stage1 and sft side by side
+    assert "| tiny_world_arithmetic | exact_match (strict-match) | 0.000 | 0.400 |" in report
+    assert "| speculative | greedy | 0.750 | 400 | 300 | 100.0 | 180.0 | 1.80x | 4/4 |" in report
+    plots = run / "report"
+    for name in ("wall_time", "loss_stage1", "loss_stage2", "loss_sft", "eval_scores"):
+        assert f"(report/{name}.png)" in report
+        with Image.open(plots / f"{name}.png") as image:
+            assert image.size[0] > 500 and image.size[1] > 200
+    assert not (plots / "loss_eval_sft.png").exists()
+    assert json.loads((plots / "manifest.json").read_text())["stage"] == "report"

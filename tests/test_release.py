@@ -1,0 +1,127 @@
+"""`recipes/release.py`: a stage output becomes a Hub-ready folder (shards + index, auto_map + modeling file, tokenizer
+with chat template, generation config, model card with the eval table) that reloads with trust_remote_code in a
+process that never imports this project."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import yaml
+
+from modeling_instella import InstellaForCausalLM
+from recipes.release import main
+from recipes.training.manifest import write_manifest
+
+LMEVAL_RESULTS = {
+    "results": {
+        "tiny_world_mc": {"alias": "tiny_world_mc", "sample_len": 24, "acc,none": 0.625, "acc_stderr,none": 0.1},
+        "tiny_world_arithmetic": {"exact_match,strict-match": 0.25, "exact_match_stderr,strict-match": "N/A"},
+        "tiny_world": {"alias": "tiny_world", "name": "tiny_world"},
+    },
+    "n-shot": {"tiny_world_mc": 0, "tiny_world_arithmetic": 0},
+}
+
+
+@pytest.fixture
+def stage_output(tmp_path, tiny_model_dir):
+    """A tiny checkpoint dressed as a pipeline stage output: a recipe and a manifest naming it and its input."""
+    model_dir = tmp_path / "sft"
+    model = InstellaForCausalLM.from_pretrained(tiny_model_dir)
+    model.save_pretrained(model_dir)
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(model_dir)
+    recipe = tmp_path / "sft.yaml"
+    recipe.write_text(
+        "# CPU, global batch 8: tiny SFT\nlearning_rate: 1.0e-4\nlr_scheduler_type: linear\nnum_train_epochs: 2\n"
+        "dataset_mixture: {datasets: [{path: runs/demo/data/sft.jsonl, weight: 1.0}]}\nseed: 42\n"
+    )
+    write_manifest(model_dir, "sft", recipe=str(recipe), model_name_or_path=str(tiny_model_dir))
+    results = tmp_path / "eval_sft" / "model"
+    results.mkdir(parents=True)
+    (results / "results_2026-01-01T00-00-00.json").write_text(json.dumps(LMEVAL_RESULTS))
+    return model_dir, recipe, tmp_path / "eval_sft"
+
+
+def test_release_folder_is_hub_ready_and_reloads_as_remote_code(stage_output, tmp_path):
+    model_dir, recipe, evals = stage_output
+    out = tmp_path / "release"
+    main(["--model_dir", str(model_dir), "--output_dir", str(out), "--max_shard_size", "150KB"])
+    main(["--model_dir", str(model_dir), "--output_dir", str(tmp_path / "r2"), "--eval_results", str(evals)])
+
+    names = sorted(p.name for p in out.iterdir())
+    shards = [n for n in names if n.endswith(".safetensors")]
+    assert len(shards) > 1 and all("-of-" in n for n in shards)
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert sorted(set(index["weight_map"].values())) == shards
+    expected = {"config.json", "modeling_instella.py", "generation_config.json", "README.md", "manifest.json"}
+    assert expected <= set(names)
+    config = json.loads((out / "config.json").read_text())
+    assert config["auto_map"] == {
+        "AutoConfig": "modeling_instella.InstellaConfig",
+        "AutoModelForCausalLM": "modeling_instella.InstellaForCausalLM",
+    }
+    generation = json.loads((out / "generation_config.json").read_text())
+    assert (generation["bos_token_id"], generation["eos_token_id"], generation["pad_token_id"]) == (0, 0, 1)
+    # one shard is still written as -00001-of-00001 with an index
+    single = tmp_path / "r2"
+    assert (single / "model-00001-of-00001.safetensors").is_file() and not (single / "model.safetensors").exists()
+    assert json.loads((single / "model.safetensors.index.json").read_text())["metadata"]["total_size"] > 0
+
+    card = (single / "README.md").read_text()
+    header = yaml.safe_load(card.split("---")[1])
+    assert header["library_name"] == "transformers" and header["model-index"][0]["results"]
+    assert str(recipe) in card and "learning_rate: 0.0001" in card and "sft.jsonl" in card  # recipe, hparams, data
+    assert "| tiny_world_mc | acc | 0 | 0.6250 | 0.1000 |" in card and "sample_len" not in card
+    assert "| tiny_world_arithmetic | exact_match (strict-match) | 0 | 0.2500 | - |" in card
+    assert (single / "training_recipe.yaml").read_text() == recipe.read_text()
+
+    # Reload in a fresh interpreter that cannot see this project: only the folder's own remote code.
+    ids = [[0, 5, 17, 42, 99, 7]]
+    with torch.no_grad():
+        expected = InstellaForCausalLM.from_pretrained(model_dir)(torch.tensor(ids)).logits
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+        model = AutoModelForCausalLM.from_pretrained({str(out)!r}, trust_remote_code=True)
+        tok = AutoTokenizer.from_pretrained({str(out)!r})
+        hi = [{{"role": "user", "content": "hi"}}]
+        chat = tok.apply_chat_template(hi, tokenize=False, add_generation_prompt=True)
+        gen = GenerationConfig.from_pretrained({str(out)!r})
+        assert not any(m.split(".")[0] in ("recipes", "modeling_instella") for m in sys.modules), "project imported"
+        logits = model(torch.tensor({ids})).logits
+        print(json.dumps({{"module": type(model).__module__, "chat": chat, "pad": gen.pad_token_id,
+                           "logits": logits.flatten().tolist()}}))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1")
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert loaded["module"].startswith("transformers_modules.")
+    assert loaded["chat"] == "<|endoftext|><|user|>\nhi\n<|assistant|>\n" and loaded["pad"] == 1
+    torch.testing.assert_close(torch.tensor(loaded["logits"]), expected.flatten())
+
+
+def test_release_bad_input_is_a_clear_error(tmp_path, capsys, stage_output):
+    model_dir, _, _ = stage_output
+    with pytest.raises(SystemExit, match="2"):
+        main(["--model_dir", str(tmp_path / "nothing"), "--output_dir", str(tmp_path / "x")])
+    assert "has no config.json" in capsys.readouterr().err
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(SystemExit, match="2"):
+        main(["--model_dir", str(model_dir), "--output_dir", str(tmp_path / "taken")])
+    assert "exists; choose another folder or pass --overwrite" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="2"):
+        main(["--model_dir", str(model_dir), "--output_dir", str(tmp_path / "y"), "--push_to_hub"])
+    assert "--push_to_hub needs --repo_id" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
