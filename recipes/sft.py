@@ -12,20 +12,10 @@ the chat template, trainer_state.json, data_report.json and manifest.json (last)
 
 from dataclasses import dataclass
 
-from trl import ModelConfig, SFTConfig, SFTTrainer, get_peft_config
+from trl import ModelConfig, SFTConfig, SFTTrainer
 
 from recipes.post_training.checks import prepare_sft_dataset
-from recipes.post_training.mixture import build_mixture
-from recipes.post_training.run import (
-    PostTrainArgs,
-    cap_rows,
-    check_launch,
-    load_model,
-    load_tokenizer_with_template,
-    recipe_path,
-    resume_checkpoint,
-    save_outputs,
-)
+from recipes.post_training.run import PostTrainArgs, build_trainer_for, train_and_save
 from recipes.training.args import RecipeError, exit_on_recipe_error, parse_recipe
 from recipes.training.optim import InstellaOptimMixin
 
@@ -46,35 +36,14 @@ def build_trainer(args, training_args, model_args):
             "remove assistant_only_loss / completion_only_loss: this recipe already builds assistant-only labels "
             "from the Instella chat template (see recipes/post_training/template.py)"
         )
-    tokenizer = load_tokenizer_with_template(args, model_args)
-    mixture, sources = build_mixture(args.sources, seed=training_args.seed, num_proc=training_args.dataset_num_proc)
-    mixture = cap_rows(mixture, args)
-    train, report = prepare_sft_dataset(
-        mixture, tokenizer, training_args.max_length, args.overlong, training_args.dataset_num_proc
-    )
-    print(report.summary(), flush=True)
-    report.check(args.max_skip_fraction)
-    model = load_model(model_args)
-    check_launch(args, training_args, model, tokenizer)
-    trainer = InstellaSFTTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=train,
-        processing_class=tokenizer,
-        peft_config=get_peft_config(model_args),
-    )
-    return trainer, {"sources": sources, **report.as_dict(), "summary": report.summary()}
+    return build_trainer_for(InstellaSFTTrainer, prepare_sft_dataset, args, training_args, model_args)
 
 
 @exit_on_recipe_error
 def main(argv: list[str] | None = None):
     args, training_args, model_args = parse_recipe([SFTRecipeArgs, SFTConfig, ModelConfig], argv)
     trainer, data = build_trainer(args, training_args, model_args)
-    trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-    out = save_outputs(trainer, model_args, args, recipe_path(argv), "sft", data)
-    print(data["summary"], flush=True)
-    print(f"SFT model written to {out}")
-    return out
+    return train_and_save(trainer, data, args, training_args, model_args, argv, "sft")
 
 
 if __name__ == "__main__":

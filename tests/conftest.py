@@ -32,6 +32,15 @@ def tiny_config(**overrides) -> InstellaConfig:
     return InstellaConfig(**values)
 
 
+@pytest.fixture
+def one_thread():
+    """Tiny models train fastest on one intra-op thread: their matrices are too small for a second one to pay."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def reference_fixture():
     if not FIXTURE.exists():

@@ -16,13 +16,7 @@ from recipes.training.manifest import read_manifest
 TINY_DPO = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "dpo.yaml")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The tiny model's matrices are too small to gain from a second thread; one thread trains faster here."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def recipe(model_dir, out, *extra):

@@ -19,13 +19,7 @@ LORA = ["--use_peft", "true", "--lora_r", "8", "--lora_alpha", "16", "--lora_dro
         "--lora_target_modules", *INSTELLA_PROJECTIONS]  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The tiny model's matrices are too small to gain from a second thread; one thread trains faster here."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def train_lora(module, config, arg_types, model_dir, out, *extra):

@@ -16,13 +16,7 @@ from recipes.training.flops import count_params, flops_per_token
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "zaya1"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest single-threaded; intra-op threads only contend on a shared 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def recipe_model(name: str, **overrides):

@@ -21,12 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 KILL = ["--plugins", "recipes.training.fault_injection:kill_at_step"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,7 @@ from recipes.pretrain import main
 from recipes.training.optim import olmo_lr_factor
 from tests.pretrain_utils import TINY_MODEL, prepare_tiny, pretrain_argv
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: threads only add contention on a shared 2-core machine
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -20,13 +20,7 @@ from recipes.training.optim import olmo_lr_factor
 TINY_SFT = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "sft.yaml")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The tiny model's matrices are too small to gain from a second thread; one thread trains faster here."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def recipe(model_dir, out, *extra):

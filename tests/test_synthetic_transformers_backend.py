@@ -2,20 +2,12 @@
 into the pipeline through the recipe's `backend: transformers`."""
 
 import pytest
-import torch
 
 from recipes.synthetic_gsm8k.backends import Request, TransformersBackend
 from recipes.synthetic_gsm8k.run import SyntheticArgs, run
 from tests.synthetic_fakes import BWRAP_PROBLEM, SEEDS
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """A 64-wide model gains nothing from threads, and on a shared 2-core machine they cost seconds."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_batched_generation_shapes(tiny_model_dir):

@@ -9,15 +9,17 @@ from pathlib import Path
 import torch
 import yaml
 from transformers import AutoModelForCausalLM
-from transformers.trainer_utils import get_last_checkpoint
+from trl import get_peft_config
 
 import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
 from recipes.data.tokenizer import load_tokenizer
 from recipes.training.args import RecipeError, check_global_batch
+from recipes.training.checkpoints import find_resume_checkpoint
 from recipes.training.checks import check_tokenizer_fits
 from recipes.training.manifest import file_digest, read_manifest, write_manifest
 
 from .checks import OVERLONG_POLICIES
+from .mixture import build_mixture
 from .template import install_chat_template
 
 INSTELLA_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -110,11 +112,12 @@ def check_launch(args: PostTrainArgs, training_args, model, tokenizer) -> None:
 
 
 def resume_checkpoint(training_args) -> str | None:
-    """An explicit `resume_from_checkpoint`, else the last checkpoint in output_dir (an interrupted run resumes)."""
+    """An explicit `resume_from_checkpoint`, else the newest *complete* checkpoint in output_dir (one with its
+    trainer_state.json, which the Trainer writes last), so an interrupted run resumes and a half-written one is
+    passed over."""
     if training_args.resume_from_checkpoint:
         return training_args.resume_from_checkpoint
-    out = Path(training_args.output_dir)
-    return get_last_checkpoint(str(out)) if out.is_dir() else None
+    return find_resume_checkpoint(training_args.output_dir)
 
 
 def save_outputs(trainer, model_args, args: PostTrainArgs, recipe: str | None, stage: str, data: dict) -> Path:
@@ -175,3 +178,37 @@ def recipe_path(argv: list[str] | None) -> str | None:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     return argv[argv.index("--config") + 1] if "--config" in argv else None
+
+
+def build_trainer_for(trainer_cls, prepare, args: PostTrainArgs, training_args, model_args, **mixture_kwargs):
+    """What SFT and DPO share up to a ready trainer: tokenizer with the chat template, the checked data mixture
+    (`prepare` tokenizes it and reports skips), the model, the launch checks. Returns (trainer, data report)."""
+    tokenizer = load_tokenizer_with_template(args, model_args)
+    mixture, sources = build_mixture(
+        args.sources, seed=training_args.seed, num_proc=training_args.dataset_num_proc, **mixture_kwargs
+    )
+    mixture = cap_rows(mixture, args)
+    train, report = prepare(
+        mixture, tokenizer, training_args.max_length, args.overlong, training_args.dataset_num_proc
+    )
+    print(report.summary(), flush=True)
+    report.check(args.max_skip_fraction)
+    model = load_model(model_args)
+    check_launch(args, training_args, model, tokenizer)
+    trainer = trainer_cls(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+    )
+    return trainer, {"sources": sources, **report.as_dict(), "summary": report.summary()}
+
+
+def train_and_save(trainer, data: dict, args: PostTrainArgs, training_args, model_args, argv, stage: str) -> Path:
+    """Train (resuming from the newest checkpoint in output_dir, if any), then write the output folder."""
+    trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
+    out = save_outputs(trainer, model_args, args, recipe_path(argv), stage, data)
+    print(data["summary"], flush=True)
+    print(f"{stage.upper()} model written to {out}")
+    return out
