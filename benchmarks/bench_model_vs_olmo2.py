@@ -27,11 +27,16 @@ PRESETS = {
 
 
 def build(kind: str, preset: str, attn: str, dtype, device):
-    shape = PRESETS[preset]
-    if kind == "instella":
-        config = InstellaConfig(**shape)
-    else:
-        config = Olmo2Config(**InstellaConfig(**shape).to_diff_dict() | {"model_type": "olmo2"})
+    # Both configs get every field explicitly (shape, norms, token ids): a different eos/pad would change which
+    # logits processors generate() runs and so the decode timing.
+    reference = InstellaConfig(**PRESETS[preset])
+    fields = {
+        k: getattr(reference, k)
+        for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                  "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "rope_parameters",
+                  "bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings")
+    }  # fmt: skip
+    config = InstellaConfig(**fields) if kind == "instella" else Olmo2Config(**fields)
     config._attn_implementation = attn
     cls = InstellaForCausalLM if kind == "instella" else Olmo2ForCausalLM
     torch.manual_seed(0)
