@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -65,7 +66,7 @@ def fingerprint(pipeline: Pipeline, stage: Stage) -> str | None:
         # The input's manifest, and (when the pipeline made it) which run of it: a re-run upstream re-runs us even
         # if its manifest happens to be byte-identical.
         record = read_record(pipeline, source) or {}
-        inputs[name] = [file_digest(manifest), record.get("fingerprint"), record.get("started_at")]
+        inputs[name] = [file_digest(manifest), record.get("fingerprint"), record.get("run_id")]
     identity = {
         "command": stage.command,
         "accelerate_config": stage.accelerate_config and file_digest(_file(stage.accelerate_config)),
@@ -167,6 +168,7 @@ def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False)
         "status": "running",
         "resumed": status == "partial",
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "run_id": uuid.uuid4().hex,  # unique per run (two runs can start within one second of started_at)
     }
     _write_record(pipeline, stage, record)
     start, cpu_start = time.monotonic(), _children_cpu()
