@@ -61,6 +61,13 @@ class OfflineTask:
 
 
 # The suites. Published settings: SPEC.md 3 (Instella tables 2 and 3) and 4 (AMD-Llama-135m model card).
+# Settings shared by the pretrained and instruct tables (SPEC.md 3): MMLU 5-shot, BBH 3-shot CoT, GSM8K 8-shot.
+MMLU_5SHOT = Member("mmlu", 5, is_group=True, offline="mmlu_high_school_geography", metric="acc,none")
+BBH_3SHOT_COT = Member(
+    "bbh_cot_fewshot", 3, is_group=True, offline="bbh_cot_fewshot_boolean_expressions", metric="exact_match,get-answer"
+)
+GSM8K_8SHOT = Member("gsm8k_cot", 8, metric="exact_match,strict-match")
+
 SUITES: dict[str, list[Member]] = {
     "instella_pretrain": [
         Member("arc_challenge", 0, metric="acc_norm,none"),
@@ -71,29 +78,17 @@ SUITES: dict[str, list[Member]] = {
         Member("sciq", 0, metric="acc_norm,none"),
         Member("winogrande", 0, metric="acc,none"),
         Member("openbookqa", 0, metric="acc_norm,none"),
-        Member("mmlu", 5, is_group=True, offline="mmlu_high_school_geography", metric="acc,none"),
-        Member(
-            "bbh_cot_fewshot",
-            3,
-            is_group=True,
-            offline="bbh_cot_fewshot_boolean_expressions",
-            metric="exact_match,get-answer",
-        ),  # fmt: skip
-        Member("gsm8k_cot", 8, metric="exact_match,strict-match"),
+        MMLU_5SHOT,
+        BBH_3SHOT_COT,
+        GSM8K_8SHOT,
     ],
     "instella_instruct": [
-        Member("mmlu", 5, is_group=True, offline="mmlu_high_school_geography", metric="acc,none"),
+        MMLU_5SHOT,
         # The 6 TruthfulQA QA pairs are part of lm-eval's prompt template, so num_fewshot stays 0 (= "6-shot").
         Member("truthfulqa_mc2", 0, metric="acc,none"),
-        Member(
-            "bbh_cot_fewshot",
-            3,
-            is_group=True,
-            offline="bbh_cot_fewshot_boolean_expressions",
-            metric="exact_match,get-answer",
-        ),  # fmt: skip
+        BBH_3SHOT_COT,
         Member("gpqa_main_cot_zeroshot", 0, metric="exact_match,flexible-extract"),
-        Member("gsm8k_cot", 8, metric="exact_match,strict-match"),
+        GSM8K_8SHOT,
         Member("minerva_math", 0, is_group=True, offline="minerva_math_algebra", metric="exact_match,none"),
         Member("ifeval", 0, metric="prompt_level_loose_acc,none"),
     ],
