@@ -18,14 +18,14 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
-# bubblewrap isolates generated programs (recipes/synthetic_gsm8k); as root we install it from Debian, elsewhere the
+# bubblewrap isolates generated programs (instella_recipes.synthetic_gsm8k); as root we install it from Debian, elsewhere the
 # sandbox tests skip with a reason and the recipe fails closed until it is installed.
 sandbox-tools:
 	@command -v bwrap >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) \
 		|| echo "note: bubblewrap not installed (apt-get install bubblewrap); sandbox tests will skip"
 
 demo: setup
-	$(PY) recipes/pipeline.py --config recipes/tiny/pipeline.yaml
+	$(PY) scripts/pipeline.py --config recipes/tiny/pipeline.yaml
 
 test: setup sandbox-tools
 	$(VENV)/bin/ruff check .

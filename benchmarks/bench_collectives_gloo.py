@@ -2,7 +2,7 @@
 
     python benchmarks/bench_collectives_gloo.py [--max_bytes 64M] [--iters 10]
 
-Runs `recipes/bench_collectives.py` under torchrun for each world size, then records the busbw table (and the ratio
+Runs `scripts/bench_collectives.py` under torchrun for each world size, then records the busbw table (and the ratio
 4-process / 2-process busbw, which shows how gloo's ring scales on shared-memory TCP) with `results_io.record`.
 The plots are copied to benchmarks/results/collectives_gloo_<n>.png.
 """
@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.results_io import HERE, record
-from recipes.systems.collectives import human
+from instella_recipes.systems.collectives import human
 
 ROOT = HERE.parent
 
@@ -25,7 +25,7 @@ ROOT = HERE.parent
 def run(world: int, args, out: Path) -> list[dict]:
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
-        str(ROOT / "recipes" / "bench_collectives.py"), "--backend", "gloo", "--min_bytes", args.min_bytes,
+        str(ROOT / "scripts" / "bench_collectives.py"), "--backend", "gloo", "--min_bytes", args.min_bytes,
         "--max_bytes", args.max_bytes, "--step_factor", "4", "--warmup", "2", "--iters", str(args.iters),
         "--output_dir", str(out),
     ]  # fmt: skip

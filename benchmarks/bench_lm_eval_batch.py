@@ -19,9 +19,9 @@ import torch
 
 import modeling_instella  # noqa: F401  (registers "instella")
 from benchmarks.results_io import record
+from instella_recipes.data.tiny_world import TinyWorld
+from instella_recipes.data.tokenizer import train_bpe_tokenizer
 from modeling_instella import InstellaConfig, InstellaForCausalLM
-from recipes.data.tiny_world import TinyWorld
-from recipes.data.tokenizer import train_bpe_tokenizer
 
 TASKS_DIR = Path(__file__).resolve().parents[1] / "eval" / "tasks"
 

@@ -27,7 +27,7 @@ BATCH = 1000  # documents per encode call, ours (PrepareArguments.batch_size) an
 
 def make_docs(n: int, seed: int = 0) -> list[str]:
     """Web-like documents of ~300-3000 characters built from the tiny world's sentences."""
-    from recipes.data.tiny_world import TinyWorld
+    from instella_recipes.data.tiny_world import TinyWorld
 
     sentences = [row["text"] for row in TinyWorld().corpus()]
     rng = random.Random(seed)
@@ -45,7 +45,7 @@ def main() -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "true"
     from tokenizers import Tokenizer
 
-    from recipes.data.prepare import PrepareArguments, prepare
+    from instella_recipes.data.prepare import PrepareArguments, prepare
 
     docs = make_docs(args.docs)
     work = Path(tempfile.mkdtemp(prefix="bench_prepare_"))

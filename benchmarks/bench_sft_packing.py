@@ -1,6 +1,6 @@
 """Padding-free packed SFT vs one-example-per-row padded SFT: real (non-pad) tokens per second, side by side.
 
-Same model, same data, same recipe code (`recipes/sft.py`'s `build_trainer`, i.e. TRL's SFTTrainer), three layouts:
+Same model, same data, same recipe code (`scripts/sft.py`'s `build_trainer`, i.e. TRL's SFTTrainer), three layouts:
 - padded to max_length: one example per row, every row padded to `max_length` (the published Instella SFT layout);
 - padded to the longest in the batch: TRL's default dynamic padding (one example per row);
 - packed: `packing: true` (best-fit decreasing, padding-free, per-example position ids, no cross-example attention).
@@ -20,14 +20,14 @@ import time
 from pathlib import Path
 
 import torch
+from instella_recipes.scripts import sft
 
 import modeling_instella  # noqa: F401
 from benchmarks.results_io import record
+from instella_recipes.core import parse_recipe
+from instella_recipes.data.tiny_world import TinyWorld
+from instella_recipes.data.tokenizer import train_bpe_tokenizer
 from modeling_instella import InstellaConfig, InstellaForCausalLM
-from recipes import sft
-from recipes.data.tiny_world import TinyWorld
-from recipes.data.tokenizer import train_bpe_tokenizer
-from recipes.training.args import parse_recipe
 
 TINY_SFT = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "sft.yaml")
 

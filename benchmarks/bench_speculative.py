@@ -1,5 +1,5 @@
 """Speculative decoding on this CPU: a tiny Llama target with and without a much smaller Llama draft, through
-eval/speculative.py (transformers' assisted generation), greedy and sampled, on the shipped code prompts.
+scripts/speculative.py (transformers' assisted generation), greedy and sampled, on the shipped code prompts.
 
     python benchmarks/bench_speculative.py [--new_tokens 64] [--draft_tokens 4 8] [--quick]
 
@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 import torch
+from instella_recipes.scripts import speculative as spec
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from benchmarks.results_io import record
-from eval import speculative as spec
-from recipes.data.tokenizer import train_bpe_tokenizer
+from instella_recipes.data.tokenizer import train_bpe_tokenizer
 
 
 def make_tokenizer(prompts):

@@ -1,5 +1,5 @@
 """Training throughput of the tiny stage-1 recipe (recipes/tiny/pretrain_stage1.yaml) with and without
-`torch_compile`, through recipes/pretrain.py itself. Steady state: the first `--warmup` steps (compilation) are
+`torch_compile`, through scripts/pretrain.py itself. Steady state: the first `--warmup` steps (compilation) are
 excluded; tokens/s = global batch x window / mean step time.
 
     python benchmarks/bench_tiny_compile.py [--steps 40 --warmup 10]
@@ -25,14 +25,14 @@ class _StepTimer(TrainerCallback):
 
 
 def timer(model, plugin_args):
-    """Plugin (recipes/pretrain.py `plugins:`) that records each optimizer step's wall time."""
+    """Plugin (scripts/pretrain.py `plugins:`) that records each optimizer step's wall time."""
     return [_StepTimer()]
 
 
 def run(data_dir: Path, out: Path, steps: int, compile_: bool) -> list[float]:
     import importlib
 
-    from recipes.pretrain import main
+    from instella_recipes.scripts.pretrain import main
 
     times = importlib.import_module("benchmarks.bench_tiny_compile")._TIMES  # the plugin's copy, not __main__'s
     times.clear()
@@ -48,8 +48,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=10)
     args = parser.parse_args()
-    from recipes.data.prepare import PrepareArguments, prepare
-    from recipes.training.args import parse_recipe
+    from instella_recipes.core import parse_recipe
+    from instella_recipes.data.prepare import PrepareArguments, prepare
 
     work = Path(tempfile.mkdtemp(prefix="bench_compile_"))
     (prep,) = parse_recipe([PrepareArguments], ["--config", "recipes/tiny/prepare_data.yaml"])

@@ -159,7 +159,7 @@ class InstellaPreTrainedModel(PreTrainedModel):
                 f"{cls.__name__}.from_pretrained({args[0] if args else ''!s}): the checkpoint does not match the "
                 f"config ({details}). Hub-format keys are expected (model.layers.N.self_attn.q_proj.weight, ...); "
                 f"convert an OLMo training checkpoint (transformer.blocks.N.att_proj.weight, ...) with "
-                f"`python recipes/convert_checkpoint.py to-hub`, and check that config.json matches the weights."
+                f"`python scripts/convert_checkpoint.py to-hub`, and check that config.json matches the weights."
             )
         return (model, info) if wants_info else model
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
+from instella_recipes.data.tiny_world import TinyWorld, write_tiny_world
+from instella_recipes.data.tokenizer import load_tokenizer, train_bpe_tokenizer
 from modeling_instella import InstellaConfig, InstellaForCausalLM
-from recipes.data.tiny_world import TinyWorld, write_tiny_world
-from recipes.data.tokenizer import load_tokenizer, train_bpe_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("INSTELLA_SHARED", ROOT.parent / "shared"))

@@ -14,8 +14,8 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
+from instella_recipes.checkpoint.reshape import reshard
 from modeling_instella import InstellaForCausalLM
-from recipes.checkpoint.reshape import reshard
 from tests.conftest import tiny_config
 
 

@@ -2,7 +2,7 @@
 
 import json
 
-from recipes.data.prepare import PrepareArguments, prepare
+from instella_recipes.data.prepare import PrepareArguments, prepare
 
 TINY_MODEL = {
     "model_type": "instella", "vocab_size": 512, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,

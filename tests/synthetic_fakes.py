@@ -10,8 +10,8 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from recipes.synthetic_gsm8k.backends import Request
-from recipes.synthetic_gsm8k.parsing import format_number, substitute
+from instella_recipes.synthetic_gsm8k.backends import Request
+from instella_recipes.synthetic_gsm8k.parsing import format_number, substitute
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +34,7 @@ def bwrap_problem() -> str | None:
 
 
 BWRAP_PROBLEM = bwrap_problem()
-SEEDS = ROOT / "recipes" / "synthetic_gsm8k" / "seeds_sample.jsonl"
+SEEDS = ROOT / "recipes" / "synthetic_gsm8k" / "prompts" / "seeds_sample.jsonl"
 
 # For each shipped seed: the masked question, the original values, a correct program and five new value sets.
 TABLE = [

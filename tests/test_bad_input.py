@@ -9,9 +9,9 @@ from conftest import tiny_config
 from huggingface_hub.errors import StrictDataclassClassValidationError
 from safetensors.torch import load_file, save_file
 
+from instella_recipes.core import RecipeError, parse_recipe
+from instella_recipes.training.checks import check_global_batch, check_tokenizer_fits
 from modeling_instella import InstellaConfig, InstellaForCausalLM
-from recipes.training.args import RecipeError, check_global_batch, parse_recipe
-from recipes.training.checks import check_tokenizer_fits
 
 
 def test_hidden_size_not_divisible_by_heads():

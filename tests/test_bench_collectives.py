@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from instella_recipes.scripts import bench_collectives
 
-from recipes import bench_collectives
-from recipes.systems.collectives import bus_factor, parse_size, size_sweep
+from instella_recipes.systems.collectives import bus_factor, parse_size, size_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,7 +50,7 @@ def test_gloo_runs_2_and_4_processes_are_correct_and_write_csv_json_plot(tmp_pat
     for world in (2, 4):  # both launches at once: most of a torchrun's time is process start-up
         command = [
             sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
-            str(ROOT / "recipes" / "bench_collectives.py"), "--backend", "gloo", "--sizes", "1K", "16K",
+            str(ROOT / "scripts" / "bench_collectives.py"), "--backend", "gloo", "--sizes", "1K", "16K",
             "--dtype", "bfloat16" if world == 4 else "float32", "--warmup", "1", "--iters", "2",
             "--output_dir", str(tmp_path / str(world)),
         ]  # fmt: skip
@@ -67,7 +67,7 @@ def test_nccl_run_on_the_visible_gpus(tmp_path):
     world = min(torch.cuda.device_count(), 8)
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
-        str(ROOT / "recipes" / "bench_collectives.py"), "--sizes", "1K", "16K", "--dtype", "bfloat16",
+        str(ROOT / "scripts" / "bench_collectives.py"), "--sizes", "1K", "16K", "--dtype", "bfloat16",
         "--warmup", "1", "--iters", "2", "--output_dir", str(tmp_path),
     ]  # fmt: skip
     done = subprocess.run(command, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)

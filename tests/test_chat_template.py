@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from recipes.post_training.template import IGNORE_INDEX, install_chat_template, tokenize_conversation
+from instella_recipes.post_training.template import IGNORE_INDEX, install_chat_template, tokenize_conversation
 
 EOS = "<|endoftext|>"
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
@@ -88,7 +88,7 @@ def test_unknown_role_is_an_error(tok):
 
 
 def test_saved_tokenizer_keeps_template(tok, tmp_path):
-    from recipes.data.tokenizer import load_tokenizer
+    from instella_recipes.data.tokenizer import load_tokenizer
 
     tok.save_pretrained(tmp_path)
     again = load_tokenizer(tmp_path)

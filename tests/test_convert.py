@@ -8,8 +8,8 @@ import torch
 from conftest import tiny_config
 from safetensors.torch import save_file
 
+from instella_recipes.checkpoint.convert import convert_state_dict
 from modeling_instella import InstellaForCausalLM
-from modeling_instella.convert import convert_state_dict
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -50,7 +50,7 @@ def test_cli_streams_sharded_checkpoint_both_ways(model, tmp_path):
     model.config.save_pretrained(tmp_path / "cfg")
 
     def run(*args):
-        cmd = [sys.executable, str(ROOT / "recipes" / "convert_checkpoint.py"), *map(str, args)]
+        cmd = [sys.executable, str(ROOT / "scripts" / "convert_checkpoint.py"), *map(str, args)]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
     hub = tmp_path / "hub"
@@ -80,7 +80,7 @@ def test_cli_rejects_wrong_shapes_without_leaving_output(model, tmp_path):
     save_file(training, str(tmp_path / "olmo" / "model.safetensors"))
     model.config.save_pretrained(tmp_path / "olmo")
     out = subprocess.run(
-        [sys.executable, str(ROOT / "recipes/convert_checkpoint.py"), "to-hub", "--input", str(tmp_path / "olmo"),
+        [sys.executable, str(ROOT / "scripts/convert_checkpoint.py"), "to-hub", "--input", str(tmp_path / "olmo"),
          "--output", str(tmp_path / "hub")],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

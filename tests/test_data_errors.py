@@ -3,8 +3,7 @@
 import json
 
 import pytest
-
-from recipes.prepare_data import main
+from instella_recipes.scripts.prepare_data import main
 
 
 @pytest.fixture

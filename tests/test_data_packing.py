@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from instella_recipes.data.packing import PackedWindows, mixture_multipliers, position_ids_for
+from instella_recipes.data.prepare import PrepareArguments, prepare
 from modeling_instella import InstellaForCausalLM
-from recipes.data.packing import PackedWindows, mixture_multipliers, position_ids_for
-from recipes.data.prepare import PrepareArguments, prepare
 from tests.conftest import tiny_config
 
 
@@ -62,7 +62,7 @@ def test_second_run_reuses_and_a_changed_input_is_detected(tmp_path, tokenizer_d
     _prepare(tmp_path, tokenizer_dir, [str(src)])
     assert "reusing" in capsys.readouterr().out and (out / "tokens.bin").stat().st_mtime_ns == mtime
     _write_jsonl(src, ["something else entirely here"] * 20)
-    from recipes.training.args import RecipeError
+    from instella_recipes.core import RecipeError
 
     with pytest.raises(RecipeError, match="made from different inputs.*sources"):
         _prepare(tmp_path, tokenizer_dir, [str(src)])

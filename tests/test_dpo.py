@@ -7,11 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from instella_recipes.scripts import dpo
 from trl import DPOConfig, ModelConfig
 
-from recipes import dpo
-from recipes.training.args import parse_recipe
-from recipes.training.manifest import read_manifest
+from instella_recipes.core import parse_recipe, read_manifest
 
 TINY_DPO = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "dpo.yaml")
 
@@ -97,7 +96,7 @@ def test_tiny_dpo_raises_margin_and_accuracy(tiny_model_dir, tmp_path):
     assert logs[-1]["rewards/margins"] > logs[0]["rewards/margins"]
     assert logs[-1]["rewards/accuracies"] > logs[0]["rewards/accuracies"]
 
-    from recipes.post_training.run import recipe_path, save_outputs
+    from instella_recipes.post_training.run import recipe_path, save_outputs
 
     save_outputs(trainer, model_args, args, recipe_path(argv), "dpo", data)
     manifest = read_manifest(out)

@@ -3,7 +3,7 @@
 import json
 import shutil
 
-from eval import judge_inputs
+from instella_recipes.scripts import judge_inputs
 
 TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"

@@ -1,14 +1,15 @@
-"""Speculative decoding (eval/speculative.py): counts read from transformers' candidate generator, the draft = target
+"""Speculative decoding (scripts/speculative.py): counts read from transformers' candidate generator, the draft =
+target
 identity, the published vocab padding (draft vocab < target vocab), execution-based pass@1, and bad input."""
 
 import json
 
 import pytest
 import torch
+from instella_recipes.scripts import speculative as spec
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from eval import speculative as spec
-from recipes.data.tokenizer import train_bpe_tokenizer
+from instella_recipes.data.tokenizer import train_bpe_tokenizer
 
 MAX_NEW = 12
 

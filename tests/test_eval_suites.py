@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from instella_recipes.scripts import eval_report as report
+from instella_recipes.scripts import evaluate as run
+from instella_recipes.scripts import make_eval_tasks as make_tasks
 from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 from lm_eval.tasks._yaml_loader import load_yaml
-
-from eval import make_tasks, report, run
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "eval" / "tasks"
@@ -24,7 +25,7 @@ OFFLINE = TASKS / "offline"
 
 def test_shipped_yamls_and_tiny_world_items_equal_what_the_generator_writes():
     assert make_tasks.stale_files() == []
-    from recipes.data.tiny_world import TinyWorld
+    from instella_recipes.data.tiny_world import TinyWorld
 
     shipped = [json.loads(line) for line in (ROOT / "eval/data/tiny_world/eval_mc.jsonl").read_text().splitlines()]
     assert shipped == TinyWorld().eval_multiple_choice()

@@ -3,8 +3,7 @@
 import pytest
 from transformers import LlamaConfig, OlmoeConfig
 
-from modeling_instella import InstellaConfig
-from recipes.training.flops import (
+from instella_recipes.training.flops import (
     PEAK_FLOPS,
     count_params_from_config,
     dense_param_count,
@@ -12,6 +11,7 @@ from recipes.training.flops import (
     mfu,
     tokens_per_second_at,
 )
+from modeling_instella import InstellaConfig
 
 
 def test_instella_3b_counts_and_flops_match_spec():

@@ -5,8 +5,8 @@ import math
 import torch
 from conftest import tiny_config
 
+from instella_recipes.training.initialization import init_mitchell
 from modeling_instella import InstellaForCausalLM
-from modeling_instella.initialization import init_mitchell
 
 
 def test_mitchell_init_stds_and_bounds():

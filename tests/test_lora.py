@@ -5,14 +5,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from instella_recipes.scripts import dpo, sft
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 from trl import DPOConfig, ModelConfig, SFTConfig
 
-from recipes import dpo, sft
-from recipes.post_training.run import INSTELLA_PROJECTIONS, recipe_path, save_outputs
-from recipes.training.args import parse_recipe
-from recipes.training.manifest import read_manifest
+from instella_recipes.core import parse_recipe, read_manifest
+from instella_recipes.post_training.run import INSTELLA_PROJECTIONS, recipe_path, save_outputs
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "tiny"
 LORA = ["--use_peft", "true", "--lora_r", "8", "--lora_alpha", "16", "--lora_dropout", "0.0",

@@ -1,4 +1,4 @@
-"""recipes/merge.py: the merge of three seeds is the element-wise mean (and a weighted mean), loads with
+"""scripts/merge.py: the merge of three seeds is the element-wise mean (and a weighted mean), loads with
 from_pretrained, and mismatched inputs are refused."""
 
 import json
@@ -6,11 +6,11 @@ import shutil
 
 import pytest
 import torch
+from instella_recipes.scripts.merge import main
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
 from modeling_instella import InstellaForCausalLM
-from recipes.merge import main
 from tests.conftest import tiny_config
 
 

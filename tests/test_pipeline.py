@@ -1,4 +1,5 @@
-"""The pipeline engine (`recipes/pipeline.py`, `recipes/workflow/`) on cheap dummy stages: order, matrix expansion,
+"""The pipeline engine (`scripts/pipeline.py`, `instella_recipes/pipeline/`) on cheap dummy stages: order, matrix
+expansion,
 skip-when-complete, re-run of changed stages and their dependents, failures naming the stage and its log, and
 `--stage` checking its inputs first."""
 
@@ -8,11 +9,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from instella_recipes.scripts.pipeline import main
 
-from recipes.pipeline import main
-from recipes.training.args import RecipeError
-from recipes.workflow.graph import command_line, load_pipeline
-from recipes.workflow.runner import read_record, stage_status
+from instella_recipes.core import RecipeError
+from instella_recipes.pipeline.graph import command_line, load_pipeline
+from instella_recipes.pipeline.runner import read_record, stage_status
 
 # A stand-in entry point: appends its name to a shared journal, optionally fails, writes a manifest last.
 # Plain json (no project imports) so each stage costs one bare Python start.

@@ -1,11 +1,10 @@
-"""`recipes/demo_report.py` over a synthetic run folder: wall times from the run records, loss curves from
+"""`scripts/pipeline_report.py` over a synthetic run folder: wall times from the run records, loss curves from
 `trainer_state.json` (the three stage-2 seeds on one chart), lm-eval scores side by side, speculative numbers."""
 
 import json
 
+from instella_recipes.scripts.pipeline_report import main
 from PIL import Image
-
-from recipes.demo_report import main
 
 
 def _record(run, stage, group, wall, inputs=(), values=None, started="2026-01-01T00:00:00"):

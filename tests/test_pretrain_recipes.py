@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from instella_recipes.scripts.pretrain import PretrainArguments
 from transformers import AutoModelForCausalLM, TrainingArguments
 
-from recipes.data.prepare import PrepareArguments
-from recipes.pretrain import PretrainArguments
-from recipes.training.args import parse_recipe
-from recipes.training.model_factory import build_model
+from instella_recipes.core import parse_recipe
+from instella_recipes.data.prepare import PrepareArguments
+from instella_recipes.training.model_factory import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAIN = sorted(

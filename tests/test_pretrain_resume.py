@@ -1,4 +1,4 @@
-"""Fault tolerance of recipes/pretrain.py: a SIGKILLed run resumes bit-exactly, SIGTERM saves and exits 0, a
+"""Fault tolerance of scripts/pretrain.py: a SIGKILLed run resumes bit-exactly, SIGTERM saves and exits 0, a
 2-process (gloo) run trains and checkpoints and its checkpoint resumes on 1 process; only complete checkpoints
 are resumed from."""
 
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from instella_recipes.scripts.pretrain import main
 from safetensors.torch import load_file
 
-from recipes.pretrain import main
-from recipes.training.checkpoints import find_resume_checkpoint
+from instella_recipes.training.checkpoints import find_resume_checkpoint
 from tests.pretrain_utils import prepare_tiny, pretrain_argv
 
 ROOT = Path(__file__).resolve().parents[1]
-KILL = ["--plugins", "recipes.training.fault_injection:kill_at_step"]
+KILL = ["--plugins", "instella_recipes.training.fault_injection:kill_at_step"]
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -55,7 +55,7 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run_bit_for_bit(data_dir, 
     run = tmp_path / "killed"
     plugin_args = ["--plugin_args", json.dumps({"kill_step": 5, "once_file": str(tmp_path / "killed-once")})]
     argv = pretrain_argv(data_dir, run, max_steps=8, save_steps=2) + KILL + plugin_args
-    killed = _run([sys.executable, "recipes/pretrain.py", *argv])
+    killed = _run([sys.executable, "scripts/pretrain.py", *argv])
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert find_resume_checkpoint(run).endswith("checkpoint-4") and not (run / "manifest.json").exists()
 
@@ -69,7 +69,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_zero(data_dir, tmp_path):
     run = tmp_path / "preempted"
     argv = pretrain_argv(data_dir, run, max_steps=8, save_steps=100) + KILL
     done = _run(
-        [sys.executable, "recipes/pretrain.py", *argv, "--plugin_args", '{"kill_step": 3, "kill_signal": "TERM"}']
+        [sys.executable, "scripts/pretrain.py", *argv, "--plugin_args", '{"kill_step": 3, "kill_signal": "TERM"}']
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "pre-empted" in done.stdout
@@ -93,7 +93,7 @@ def test_two_process_run_checkpoints_and_resumes_on_one_process(data_dir, tmp_pa
     # accelerate's own multi-CPU launcher needs MPI (see accelerate_configs/cpu_2proc.yaml); torchrun is the launcher
     # accelerate uses for GPUs, and with use_cpu the Trainer's Accelerator runs gloo across the 2 processes.
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517"]
-    done = _run([*launch, "recipes/pretrain.py", *argv])
+    done = _run([*launch, "scripts/pretrain.py", *argv])
     assert done.returncode == 0, done.stderr[-3000:]
     assert (two / "checkpoint-2" / "rng_state_1.pth").is_file() and (two / "manifest.json").is_file()
 

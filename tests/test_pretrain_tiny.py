@@ -1,14 +1,14 @@
-"""Tiny from-scratch pretraining through recipes/pretrain.py, in process: loss falls, every parameter changes, the
+"""Tiny from-scratch pretraining through scripts/pretrain.py, in process: loss falls, every parameter changes, the
 LR follows the OLMo formula, non-finite steps are skipped and a divergence stops the run; bad inputs fail early."""
 
 import json
 
 import pytest
 import torch
+from instella_recipes.scripts.pretrain import main
 from safetensors.torch import load_file
 
-from recipes.pretrain import main
-from recipes.training.optim import olmo_lr_factor
+from instella_recipes.training.optim import olmo_lr_factor
 from tests.pretrain_utils import TINY_MODEL, prepare_tiny, pretrain_argv
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -47,7 +47,7 @@ def test_tiny_run_learns_changes_every_parameter_and_follows_the_schedule(data_d
 
 
 def test_nonfinite_steps_are_skipped_and_a_divergence_stops_the_run(data_dir, tmp_path, capsys):
-    plugin = ["--plugins", "recipes.training.fault_injection:nan_loss"]
+    plugin = ["--plugins", "instella_recipes.training.fault_injection:nan_loss"]
     out = tmp_path / "skip"
     argv = pretrain_argv(data_dir, out, max_steps=6, save_steps=100) + plugin
     assert main(argv + ["--plugin_args", '{"nan_steps": [3]}']) == 0

@@ -1,4 +1,4 @@
-"""`recipes/release.py`: a stage output becomes a Hub-ready folder (shards + index, auto_map + modeling file, tokenizer
+"""`scripts/release.py`: a stage output becomes a Hub-ready folder (shards + index, auto_map + modeling file, tokenizer
 with chat template, generation config, model card with the eval table) that reloads with trust_remote_code in a
 process that never imports this project."""
 
@@ -11,10 +11,10 @@ import textwrap
 import pytest
 import torch
 import yaml
+from instella_recipes.scripts.release import main
 
+from instella_recipes.core import write_manifest
 from modeling_instella import InstellaForCausalLM
-from recipes.release import main
-from recipes.training.manifest import write_manifest
 
 LMEVAL_RESULTS = {
     "results": {
@@ -94,7 +94,8 @@ def test_release_folder_is_hub_ready_and_reloads_as_remote_code(stage_output, tm
         hi = [{{"role": "user", "content": "hi"}}]
         chat = tok.apply_chat_template(hi, tokenize=False, add_generation_prompt=True)
         gen = GenerationConfig.from_pretrained({str(out)!r})
-        assert not any(m.split(".")[0] in ("recipes", "modeling_instella") for m in sys.modules), "project imported"
+        ours = ("instella_recipes", "modeling_instella")
+        assert not any(m.split(".")[0] in ours for m in sys.modules), "project imported"
         logits = model(torch.tensor({ids})).logits
         print(json.dumps({{"module": type(model).__module__, "chat": chat, "pad": gen.pad_token_id,
                            "logits": logits.flatten().tolist()}}))

@@ -18,7 +18,7 @@ CHILD = textwrap.dedent(
     import sys, json, torch
     class Block:
         def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("modeling_instella", "recipes", "eval"):
+            if name.split(".")[0] in ("modeling_instella", "instella_recipes"):
                 raise ImportError("this project must not be imported here: " + name)
     sys.meta_path.insert(0, Block())
     from transformers import AutoModelForCausalLM

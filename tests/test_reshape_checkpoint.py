@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from instella_recipes.scripts import reshape_checkpoint
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 from transformers import AutoModelForCausalLM
 
-from recipes import reshape_checkpoint
-from recipes.checkpoint.reshape import read_metadata, writer_count
+from instella_recipes.checkpoint.reshape import read_metadata, writer_count
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes.synthetic_gsm8k.sandbox import (
+from instella_recipes.synthetic_gsm8k.sandbox import (
     SandboxConfig,
     SandboxPool,
     SandboxUnavailable,
@@ -222,8 +222,8 @@ def test_unbounded_loop_detection():
 
 NOBODY_SCRIPT = """
 import json, sys
-sys.path.insert(0, sys.argv[1])
-from recipes.synthetic_gsm8k.sandbox import SandboxConfig, SandboxPool
+sys.path.insert(0, sys.argv[1] + "/src")
+from instella_recipes.synthetic_gsm8k.sandbox import SandboxConfig, SandboxPool
 programs = [
     "def answer(a):\\n    return a * 2\\n",
     "import os\\ndef answer(a):\\n    while 1:\\n        os.fork()\\n",
@@ -244,7 +244,15 @@ def test_unprivileged_user_gets_the_same_isolation():
     if os.geteuid() != 0 or not shutil.which("setpriv") or not system_python:
         pytest.skip("needs root (to become nobody), setpriv and a system python3")
     probe = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "test", "-r", str(ROOT / "recipes")],
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "test",
+            "-r",
+            str(ROOT / "src" / "instella_recipes"),
+        ],
         capture_output=True,
     )
     if probe.returncode != 0:

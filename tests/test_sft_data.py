@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 from datasets import Dataset
 
-from recipes.post_training import converters
-from recipes.post_training.checks import prepare_dpo_dataset, prepare_sft_dataset
-from recipes.post_training.mixture import build_mixture
-from recipes.post_training.template import IGNORE_INDEX, install_chat_template
-from recipes.training.args import RecipeError, parse_recipe
+from instella_recipes.core import RecipeError, parse_recipe
+from instella_recipes.post_training import converters
+from instella_recipes.post_training.checks import prepare_dpo_dataset, prepare_sft_dataset
+from instella_recipes.post_training.mixture import build_mixture
+from instella_recipes.post_training.template import IGNORE_INDEX, install_chat_template
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
@@ -57,7 +57,7 @@ def test_chat_to_text_strips_and_joins_without_role_tags():
 
 
 def test_chat_to_text_entry_point(tmp_path):
-    from recipes import chat_to_text
+    from instella_recipes.scripts import chat_to_text
 
     src = tmp_path / "chats.jsonl"
     Dataset.from_list([{"messages": [U, A]}] * 3).to_json(src)
@@ -159,10 +159,9 @@ def test_dpo_bad_pairs_are_skipped_and_counted(tok):
     ids=lambda p: f"{p.parent.name}/{p.name}",
 )
 def test_recipes_parse(path):
+    from instella_recipes.scripts.dpo import DPORecipeArgs
+    from instella_recipes.scripts.sft import SFTRecipeArgs
     from trl import DPOConfig, ModelConfig, SFTConfig
-
-    from recipes.dpo import DPORecipeArgs
-    from recipes.sft import SFTRecipeArgs
 
     kinds = (SFTRecipeArgs, SFTConfig) if path.name.startswith("sft") else (DPORecipeArgs, DPOConfig)
     # bf16 is the published setting; this CPU machine cannot validate it, so the test overrides it
@@ -177,7 +176,7 @@ def test_recipes_parse(path):
 
 
 def test_bad_data_stops_the_recipe_before_any_output(tiny_model_dir, tmp_path, capsys):
-    from recipes import sft
+    from instella_recipes.scripts import sft
 
     bad = tmp_path / "bad.jsonl"
     Dataset.from_list([{"messages": [U]}, {"messages": [{"role": "tool", "content": "x"}, A]}]).to_json(bad)
@@ -195,9 +194,8 @@ def test_bad_data_stops_the_recipe_before_any_output(tiny_model_dir, tmp_path, c
 
 
 def test_sources_and_policies_from_the_command_line(tmp_path):
+    from instella_recipes.scripts.sft import SFTRecipeArgs
     from trl import ModelConfig, SFTConfig
-
-    from recipes.sft import SFTRecipeArgs
 
     common = ["--output_dir", str(tmp_path), "--bf16", "false"]
     args, _, _ = parse_recipe(
@@ -209,7 +207,7 @@ def test_sources_and_policies_from_the_command_line(tmp_path):
 
 
 def test_missing_input_model_is_a_clear_error(tmp_path, capsys):
-    from recipes import sft
+    from instella_recipes.scripts import sft
 
     recipe = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "sft.yaml"
     with pytest.raises(SystemExit) as err:
@@ -221,10 +219,9 @@ def test_missing_input_model_is_a_clear_error(tmp_path, capsys):
 
 def test_instella_recipes_match_the_published_settings():
     """SPEC.md section 2, SFT and DPO rows."""
+    from instella_recipes.scripts.dpo import DPORecipeArgs
+    from instella_recipes.scripts.sft import SFTRecipeArgs
     from trl import DPOConfig, ModelConfig, SFTConfig
-
-    from recipes.dpo import DPORecipeArgs
-    from recipes.sft import SFTRecipeArgs
 
     cpu = ["--bf16", "false"]
     args, t, _ = parse_recipe(

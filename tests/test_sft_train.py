@@ -6,16 +6,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from instella_recipes.scripts import sft
 from transformers import AutoModelForCausalLM
 from trl import ModelConfig, SFTConfig
 
-from recipes import sft
-from recipes.data.tokenizer import load_tokenizer
-from recipes.post_training.template import install_chat_template
-from recipes.post_training.tiny_eval import arithmetic_scores
-from recipes.training.args import parse_recipe
-from recipes.training.manifest import read_manifest
-from recipes.training.optim import olmo_lr_factor
+from instella_recipes.core import parse_recipe, read_manifest
+from instella_recipes.data.tokenizer import load_tokenizer
+from instella_recipes.post_training.template import install_chat_template
+from instella_recipes.post_training.tiny_eval import arithmetic_scores
+from instella_recipes.training.optim import olmo_lr_factor
 
 TINY_SFT = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "sft.yaml")
 
@@ -95,8 +94,8 @@ def test_packed_and_padded_agree_with_flash_attention(tiny_model_dir):
         pytest.skip("needs a CUDA/ROCm GPU with flash-attn installed")
     from datasets import Dataset
 
-    from recipes.data.tiny_world import TinyWorld
-    from recipes.post_training.checks import prepare_sft_dataset
+    from instella_recipes.data.tiny_world import TinyWorld
+    from instella_recipes.post_training.checks import prepare_sft_dataset
 
     tokenizer = install_chat_template(load_tokenizer(tiny_model_dir))
     rows, _ = prepare_sft_dataset(Dataset.from_list(TinyWorld().sft()[:16]), tokenizer, max_length=256)

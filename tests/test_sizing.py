@@ -3,10 +3,10 @@
 import json
 
 import pytest
+from instella_recipes.scripts import sizing
 
-from recipes import sizing
-from recipes.systems.sizing import Cluster, memory_per_gpu, pad_to, resolve_config, size
-from recipes.training.flops import count_params_from_config
+from instella_recipes.systems.sizing import Cluster, memory_per_gpu, pad_to, resolve_config, size
+from instella_recipes.training.flops import count_params_from_config
 
 
 def run(capsys, *argv):

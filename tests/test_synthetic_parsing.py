@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from recipes.synthetic_gsm8k.backends import OpenAIBackend, Request
-from recipes.synthetic_gsm8k.journal import Journal
-from recipes.synthetic_gsm8k.parsing import (
+from instella_recipes.synthetic_gsm8k.backends import OpenAIBackend, Request
+from instella_recipes.synthetic_gsm8k.journal import Journal
+from instella_recipes.synthetic_gsm8k.parsing import (
     Rejected,
     extract_code,
     final_answer,
@@ -87,8 +87,8 @@ def test_http_backend_reports_unreachable_server_as_empty_reply():
 def test_shipped_recipes_parse():
     from pathlib import Path
 
-    from recipes.synthetic_gsm8k.run import SyntheticArgs
-    from recipes.training.args import parse_recipe
+    from instella_recipes.core import parse_recipe
+    from instella_recipes.synthetic_gsm8k.run import SyntheticArgs
 
     recipes = sorted((Path(__file__).resolve().parents[1] / "recipes" / "synthetic_gsm8k").glob("*.yaml"))
     assert len(recipes) >= 3
@@ -118,8 +118,8 @@ def test_parquet_and_missing_seed_files(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from recipes.synthetic_gsm8k.run import read_seeds
-    from recipes.training.args import RecipeError
+    from instella_recipes.core import RecipeError
+    from instella_recipes.synthetic_gsm8k.run import read_seeds
 
     rows = [{"question": "Q1?", "answer": "#### 1"}, {"question": "Q2?", "answer": "#### 2"}]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "seeds.parquet")

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from recipes.synthetic_gsm8k import sandbox as sandbox_module
-from recipes.synthetic_gsm8k.parsing import extract_code
-from recipes.synthetic_gsm8k.run import SyntheticArgs, run
-from recipes.training.args import RecipeError
+from instella_recipes.core import RecipeError
+from instella_recipes.synthetic_gsm8k import sandbox as sandbox_module
+from instella_recipes.synthetic_gsm8k.parsing import extract_code
+from instella_recipes.synthetic_gsm8k.run import SyntheticArgs, run
 from tests.synthetic_fakes import BWRAP_PROBLEM, ROOT, SEEDS, TABLE, OracleServer, ScriptedBackend, compute
 
 needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=str(BWRAP_PROBLEM))
@@ -109,8 +109,8 @@ def test_scripted_backend_acceptance_is_exact(tmp_path, seeds_file):
 
 
 def entry_main():
-    """`main` of recipes/synthetic_gsm8k.py (the script shares its name with the package, so load it by path)."""
-    return runpy.run_path(str(ROOT / "recipes" / "synthetic_gsm8k.py"), run_name="entry")["main"]
+    """`main` of scripts/synthetic_gsm8k.py (the script shares its name with the package, so load it by path)."""
+    return runpy.run_path(str(ROOT / "scripts" / "synthetic_gsm8k.py"), run_name="entry")["main"]
 
 
 @needs_bwrap
@@ -165,7 +165,7 @@ def test_resume_after_sigkill_gives_the_same_dataset(tmp_path):
 
         resumed = tmp_path / "resumed"
         script = (
-            "import json, sys\nfrom recipes.synthetic_gsm8k.run import SyntheticArgs, run\n"
+            "import json, sys\nfrom instella_recipes.synthetic_gsm8k.run import SyntheticArgs, run\n"
             "run(SyntheticArgs(**json.loads(sys.argv[1])))\n"
         )
         env = {**os.environ, "PYTHONPATH": str(ROOT)}

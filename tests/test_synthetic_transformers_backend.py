@@ -3,8 +3,8 @@ into the pipeline through the recipe's `backend: transformers`."""
 
 import pytest
 
-from recipes.synthetic_gsm8k.backends import Request, TransformersBackend
-from recipes.synthetic_gsm8k.run import SyntheticArgs, run
+from instella_recipes.synthetic_gsm8k.backends import Request, TransformersBackend
+from instella_recipes.synthetic_gsm8k.run import SyntheticArgs, run
 from tests.synthetic_fakes import BWRAP_PROBLEM, SEEDS
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -1,1 +1,0 @@
-"""Evaluation: lm-eval task suites, published numbers, the report and the speculative-decoding benchmark."""

@@ -1,2 +1,0 @@
-"""The pipeline engine behind `recipes/pipeline.py`: a stage graph read from YAML (`graph`), run stage by stage as
-subprocesses with logs, progress, skip-when-complete and clear failures (`runner`)."""

@@ -1,0 +1,50 @@
+"""Supervised fine-tuning (Instella-3B -> Instella-3B-SFT) with TRL's SFTTrainer.
+
+    accelerate launch --config_file accelerate_configs/<x>.yaml scripts/sft.py --config recipes/instella-3b/sft.yaml
+    python scripts/sft.py --config recipes/tiny/sft.yaml [--model_name_or_path M --output_dir O ...]
+
+The data mixture is converted to `messages`, checked and tokenized here with the Instella chat template and
+assistant-only labels (assistant content + its EOS), then handed to SFTTrainer pre-tokenized; TRL pads (one example
+per row, `pad_to_multiple_of: max_length` as published) or packs padding-free (`packing: true`). The OLMo schedule
+and all-parameter weight decay come from `InstellaOptimMixin`. The output folder gets the model, the tokenizer with
+the chat template, trainer_state.json, data_report.json and manifest.json (last).
+"""
+
+from dataclasses import dataclass
+
+from trl import ModelConfig, SFTConfig, SFTTrainer
+
+from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe
+from instella_recipes.post_training.checks import prepare_sft_dataset
+from instella_recipes.post_training.run import PostTrainArgs, build_trainer_for, train_and_save
+from instella_recipes.training.optim import InstellaOptimMixin
+
+
+class InstellaSFTTrainer(InstellaOptimMixin, SFTTrainer):
+    """SFTTrainer with Instella's optimizer settings and LR schedule."""
+
+
+@dataclass
+class SFTRecipeArgs(PostTrainArgs):
+    pass
+
+
+def build_trainer(args, training_args, model_args):
+    """Everything up to a ready trainer (data checked first); returns (trainer, data report dict)."""
+    if training_args.assistant_only_loss or training_args.completion_only_loss:
+        raise RecipeError(
+            "remove assistant_only_loss / completion_only_loss: this recipe already builds assistant-only labels "
+            "from the Instella chat template (see instella_recipes/post_training/template.py)"
+        )
+    return build_trainer_for(InstellaSFTTrainer, prepare_sft_dataset, args, training_args, model_args)
+
+
+@exit_on_recipe_error
+def main(argv: list[str] | None = None):
+    args, training_args, model_args = parse_recipe([SFTRecipeArgs, SFTConfig, ModelConfig], argv)
+    trainer, data = build_trainer(args, training_args, model_args)
+    return train_and_save(trainer, data, args, training_args, model_args, argv, "sft")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Sizing rules for a model on a cluster (SPEC.md 5-6): parameters (total / active), FLOPs per token, GEMM shapes with
+alignment flags, vocab padding, memory per GPU under DDP / ZeRO-1 / FSDP full / hybrid shard, tokens/s at a target
+MFU on MI300X, H100 and H200.
+
+    python scripts/sizing.py --model instella-3b --nodes 16 --gpus_per_node 8 --micro_batch 4 --seq_len 4096
+    python scripts/sizing.py --model recipes/zaya1/zaya1_base_mi300x.yaml --nodes 16 --target_mfu 0.3
+    python scripts/sizing.py --model runs/stage1/config.json --json
+
+`--model`: a preset (instella-3b, amd-llama-135m, zaya1-base, olmoe-1b-7b), an HF config.json or model folder, or a
+recipe YAML (its model_config / model_name_or_path). The formulas: instella_recipes/systems/sizing.py.
+"""
+
+import json
+from dataclasses import dataclass, field
+
+from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe
+from instella_recipes.systems.sizing import Cluster, render, resolve_config, size
+
+
+@dataclass
+class SizingArguments:
+    model: str = field(default="instella-3b", metadata={"help": "preset, config.json / model folder, or recipe"})
+    nodes: int = field(default=1, metadata={"help": "number of nodes"})
+    gpus_per_node: int = field(default=8, metadata={"help": "GPUs per node (the hybrid-shard group)"})
+    micro_batch: int = field(default=1, metadata={"help": "sequences per GPU per forward"})
+    seq_len: int = field(default=4096, metadata={"help": "tokens per sequence (T)"})
+    target_mfu: float = field(default=0.4, metadata={"help": "MFU to turn into tokens/s"})
+    tokenizer_vocab: int = field(default=None, metadata={"help": "tokenizer ids, for padding advice (e.g. 50280)"})
+    weight_bytes: float = field(default=4, metadata={"help": "bytes per master weight (4 fp32, 2 bf16)"})
+    grad_bytes: float = field(default=4, metadata={"help": "bytes per gradient"})
+    optimizer_bytes: float = field(default=8, metadata={"help": "bytes of optimizer state per parameter (AdamW 8)"})
+    activation_checkpointing: bool = field(default=False, metadata={"help": "keep only layer inputs"})
+    json: bool = field(default=False, metadata={"help": "print JSON instead of tables"})
+
+
+@exit_on_recipe_error
+def main(argv=None):
+    (args,) = parse_recipe([SizingArguments], argv)
+    for name in ("nodes", "gpus_per_node", "micro_batch", "seq_len"):
+        if getattr(args, name) < 1:
+            raise RecipeError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if not 0 < args.target_mfu <= 1:
+        raise RecipeError(f"--target_mfu must be in (0, 1], got {args.target_mfu}")
+    cluster = Cluster(
+        args.nodes, args.gpus_per_node, args.micro_batch, args.seq_len, args.weight_bytes, args.grad_bytes,
+        args.optimizer_bytes, args.activation_checkpointing,
+    )  # fmt: skip
+    report = size(resolve_config(args.model), cluster, args.target_mfu, args.tokenizer_vocab)
+    print(json.dumps(report, indent=1) if args.json else render(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""Pretraining text sources as the recipe names them: local files/folders or Hub dataset ids, each with its text
+column, optional row filters and a mixture weight.
+
+A recipe lists sources as mappings, for example::
+
+    sources:
+      - path: data/slimpajama            # a file, a folder (every jsonl/json/parquet/txt inside) or a Hub id
+        text_column: text
+        filters: [{column: meta.redpajama_set_name, op: "!=", value: RedPajamaBook}]
+      - path: data/gutenberg
+        weight: 0.05                      # proportion of the mixture's tokens (omit: natural share)
+      - tiny_world: {seed: 1234}          # the project's synthetic corpus, generated in memory (no files)
+
+Loading goes through `datasets` (the same code reads a Hub dataset on a machine with Hub access). Every error a
+user can fix (missing file, missing column, malformed jsonl line, empty source) is a `RecipeError` that names the
+source, file and line, raised before any tokenisation starts.
+"""
+
+import hashlib
+import json
+import operator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+
+from instella_recipes.core import RecipeError
+
+_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".txt": "text"}
+_COMPRESSED = (".gz", ".zst", ".bz2", ".xz")  # datasets decompresses these transparently
+
+
+def _kind(path: Path) -> str | None:
+    """The `datasets` builder for a data file (`x.jsonl`, `x.jsonl.zst`, ...), or None when it is not one."""
+    suffixes = path.suffixes
+    if suffixes and suffixes[-1] in _COMPRESSED:
+        suffixes = suffixes[:-1]
+    return _BUILDERS.get(suffixes[-1]) if suffixes else None
+
+
+_OPS = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "in": lambda a, b: a in b,
+    "not_in": lambda a, b: a not in b,
+    ">=": operator.ge,
+    "<=": operator.le,
+}
+
+
+@dataclass
+class SourceSpec:
+    """One entry of the recipe's `sources` list."""
+
+    path: str | None = None
+    tiny_world: dict | None = None
+    name: str | None = None
+    text_column: str = "text"
+    split: str = "train"
+    config_name: str | None = None
+    revision: str | None = None
+    filters: list[dict] = field(default_factory=list)
+    weight: float | None = None
+    repeat: float | None = None
+    sample_by: str = "document"  # txt files: one document per file ("document"), "paragraph" or "line"
+
+    @classmethod
+    def from_recipe(cls, index: int, raw) -> "SourceSpec":
+        if isinstance(raw, str):
+            raw = {"path": raw}
+        if not isinstance(raw, dict):
+            raise RecipeError(f"sources[{index}]: expected a mapping with 'path' (or 'tiny_world'), got {raw!r}")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise RecipeError(f"sources[{index}]: unknown key(s) {unknown}; known keys: {sorted(known)}")
+        spec = cls(**raw)
+        if (spec.path is None) == (spec.tiny_world is None):
+            raise RecipeError(f"sources[{index}]: give exactly one of 'path' or 'tiny_world'")
+        if spec.weight is not None and spec.repeat is not None:
+            raise RecipeError(f"sources[{index}]: give 'weight' (share of tokens) or 'repeat' (multiplier), not both")
+        for value, what in ((spec.weight, "weight"), (spec.repeat, "repeat")):
+            if value is not None and value <= 0:
+                raise RecipeError(f"sources[{index}]: {what} must be > 0, got {value}")
+        for f in spec.filters:
+            if set(f) - {"column", "op", "value"} or "column" not in f or f.get("op", "==") not in _OPS:
+                raise RecipeError(
+                    f"sources[{index}]: bad filter {f!r}: use {{column: a.b, op: one of {list(_OPS)}, value: v}}"
+                )
+        spec.name = spec.name or (f"tiny_world-{index}" if spec.tiny_world is not None else spec.path)
+        return spec
+
+
+def local_files(spec: SourceSpec) -> list[Path] | None:
+    """The data files of a local source, or None when `path` is not local (a Hub id)."""
+    path = Path(spec.path)
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and _kind(p))
+        if not files:
+            raise RecipeError(f"source '{spec.name}': folder {path} holds no {'/'.join(_BUILDERS)} files")
+        return files
+    looks_local = spec.path.startswith((".", "/", "~")) or _kind(Path(spec.path)) is not None
+    if looks_local or spec.path.count("/") > 1:
+        raise RecipeError(f"source '{spec.name}': {spec.path} does not exist (check the path in the recipe)")
+    return None
+
+
+def fingerprint(spec: SourceSpec) -> dict:
+    """What identifies a source's content, so that a changed input is detected: for local files their size,
+    modification time and a sha256 of their first and last MiB (cheap on TB corpora); for Hub ids the revision."""
+    if spec.tiny_world is not None:
+        return {"tiny_world": spec.tiny_world}
+    files = local_files(spec)
+    if files is None:
+        return {"hub": spec.path, "config": spec.config_name, "revision": spec.revision, "split": spec.split}
+    out = {}
+    for path in files:
+        stat = path.stat()
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            digest.update(handle.read(1 << 20))
+            if stat.st_size > 2 << 20:
+                handle.seek(-(1 << 20), 2)
+                digest.update(handle.read())
+        out[str(path)] = {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256_head_tail": digest.hexdigest()}
+    return out
+
+
+def find_bad_json_line(files: list[Path]) -> str | None:
+    """`file:line: what is wrong` for the first line of an (uncompressed) jsonl file that is not a JSON object."""
+    for path in files:
+        if path.suffix != ".jsonl":
+            continue
+        with path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as err:
+                    return f"{path}:{number}: malformed JSON ({err.msg}); fix or delete that line"
+                if not isinstance(row, dict):
+                    return f"{path}:{number}: each jsonl line must be a JSON object, got {type(row).__name__}"
+    return None
+
+
+def load_source(spec: SourceSpec, streaming: bool = False, num_proc: int | None = None):
+    """A `datasets.Dataset` (or `IterableDataset` when streaming) of the source's rows, filters applied, with the
+    text in column "text". Raises `RecipeError` for anything the user must fix."""
+    if spec.tiny_world is not None:
+        from instella_recipes.data.tiny_world import TinyWorld
+
+        rows = TinyWorld(**spec.tiny_world).corpus()
+        ds = datasets.Dataset.from_list(rows)
+        ds = ds.to_iterable_dataset() if streaming else ds
+    else:
+        files = local_files(spec)
+        if files is None:
+            try:
+                ds = datasets.load_dataset(
+                    spec.path, spec.config_name, split=spec.split, revision=spec.revision, streaming=streaming
+                )
+            except Exception as err:  # the Hub / builder error text is the useful part
+                raise RecipeError(f"source '{spec.name}': could not load dataset '{spec.path}': {err}") from None
+        else:
+            builders = {_kind(p) for p in files}
+            if len(builders) > 1:
+                raise RecipeError(f"source '{spec.name}': mixes file types {sorted(builders)}; split it")
+            builder = builders.pop()
+            kwargs = {"sample_by": spec.sample_by} if builder == "text" else {}
+            try:
+                ds = datasets.load_dataset(
+                    builder, data_files=[str(p) for p in files], split="train", streaming=streaming, **kwargs
+                )
+            except Exception as err:
+                # datasets' parse errors do not say where; the line scan runs only now, so good data pays nothing
+                problem = find_bad_json_line(files) if builder == "json" else None
+                raise RecipeError(problem or f"source '{spec.name}': could not read {spec.path}: {err}") from None
+    try:  # a stream reveals its columns (and a bad first batch) only when read
+        columns = ds.column_names if ds.column_names is not None else list(next(iter(ds)).keys())
+    except Exception as err:
+        files = local_files(spec) if spec.path else None
+        problem = find_bad_json_line(files) if files else None
+        raise RecipeError(problem or f"source '{spec.name}': could not read {spec.name}: {err}") from None
+    if spec.text_column not in columns:
+        raise RecipeError(
+            f"source '{spec.name}': no text column '{spec.text_column}' (columns: {columns}); "
+            f"set text_column for this source"
+        )
+    if spec.filters:
+        keep = make_filter(spec.filters)
+        ds = ds.filter(keep, batched=True, **({} if streaming else {"num_proc": num_proc}))
+    if spec.text_column != "text":
+        ds = ds.select_columns([spec.text_column]).rename_column(spec.text_column, "text")
+    else:
+        ds = ds.select_columns(["text"])
+    if not streaming and len(ds) == 0:
+        raise RecipeError(f"source '{spec.name}': no rows left (empty files, or the filters dropped every row)")
+    return ds
+
+
+def _get(row: dict, dotted: str):
+    value = row
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def make_filter(filters: list[dict]):
+    """A batched `datasets.filter` function keeping rows for which every `{column, op, value}` holds; `column`
+    may be a dotted path into nested dicts (`meta.redpajama_set_name`)."""
+
+    def keep(batch: dict) -> list[bool]:
+        n = len(next(iter(batch.values())))
+        out = [True] * n
+        for f in filters:
+            top, _, rest = f["column"].partition(".")
+            values = batch.get(top, [None] * n)
+            test = _OPS[f.get("op", "==")]
+            for i in range(n):
+                value = _get(values[i], rest) if rest else values[i]
+                out[i] = out[i] and bool(test(value, f["value"]))
+        return out
+
+    return keep

@@ -1,0 +1,405 @@
+"""A pipeline YAML -> an ordered list of stages, each a command line with its inputs and output folder.
+
+The file format (see docs/pipeline.md):
+
+    # <hardware, global batch>          first comment line, like every recipe
+    output_dir: runs/demo                # where stage outputs, logs/ and pipeline/ (run records) go
+    env: {HF_HUB_OFFLINE: "1"}           # extra environment of every stage
+    vars: {steps: 200}                   # values for {placeholders}; `--set steps=20` overrides them
+    stages:
+      - name: stage1                     # [A-Za-z0-9_]; the output folder defaults to <output_dir>/<name>
+        command: scripts/pretrain.py     # a .py entry point (run with this Python), or a program (lm_eval, ...)
+        recipe: recipes/tiny/pretrain_stage1.yaml   # passed as --config; its digest is part of the stage identity
+        accelerate_config: accelerate_configs/x.yaml   # optional: run through `accelerate launch --config_file`
+        inputs: [prepare]                # stages whose outputs must be complete first
+        args: {data_dir: "{prepare}", output_dir: "{output}"}   # CLI overrides, --key value
+      - name: stage2
+        matrix: {seed: [5796, 6198, 8915]}   # one stage per value: stage2_5796, ...; {seed} in args
+        ...
+      - name: merge
+        inputs: [stage2]                 # a matrix name stands for all of its stages
+        args: {inputs: "{stage2}"}       # ... and expands to their output folders (several arguments)
+
+Placeholders in args, output and env: `{output}` (this stage's folder), `{run}` (the output_dir), `{root}` (the
+repository), `{<stage>}` (that stage's output folder), matrix keys, and `vars`. Everything is checked before any
+stage runs: unknown keys (with file:line), unknown inputs, cycles, unknown placeholders, missing scripts and recipe
+files.
+"""
+
+import difflib
+import itertools
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from instella_recipes.core import RecipeError
+from instella_recipes.core.paths import REPO_ROOT as ROOT
+
+NAME = re.compile(r"^[A-Za-z0-9_]+$")
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+TOP_KEYS = {"output_dir", "env", "vars", "stages", "description"}
+STAGE_KEYS = {
+    "name",
+    "description",
+    "command",
+    "recipe",
+    "accelerate_config",
+    "inputs",
+    "args",
+    "output",
+    "env",
+    "matrix",
+    "writes_manifest",
+    "recipe_overrides",
+}
+
+
+@dataclass
+class Stage:
+    """One runnable stage (a matrix entry expands to several, sharing `group`)."""
+
+    name: str
+    group: str
+    command: str
+    recipe: str | None = None
+    accelerate_config: str | None = None
+    inputs: list[str] = field(default_factory=list)
+    args: dict | list = field(default_factory=dict)
+    output: str = ""
+    env: dict = field(default_factory=dict)
+    values: dict = field(default_factory=dict)  # this entry's matrix values
+    recipe_overrides: dict = field(default_factory=dict)  # merged into the recipe -> <run>/pipeline/recipes/
+    writes_manifest: bool = True  # False: the command writes no manifest.json, so the pipeline writes it after
+    description: str = ""
+    where: str = ""  # file:line of its YAML entry, for error messages
+
+
+@dataclass
+class Pipeline:
+    path: Path
+    output_dir: Path
+    stages: list[Stage]  # in the order they run
+    groups: dict[str, list[str]]  # YAML entry name -> stage names
+    env: dict = field(default_factory=dict)
+    vars: dict = field(default_factory=dict)
+    description: str = ""
+
+    def stage(self, name: str) -> Stage:
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(name)
+
+    def select(self, name: str) -> list[Stage]:
+        """The stages a `--stage NAME` means: one stage, or all stages of a matrix entry."""
+        names = self.groups.get(name) or ([name] if any(s.name == name for s in self.stages) else [])
+        if not names:
+            known = sorted(set(self.groups) | {s.name for s in self.stages})
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise RecipeError(f"{self.path}: no stage named '{name}'{hint}; stages: {', '.join(known)}")
+        return [self.stage(n) for n in names]
+
+    def output_of(self, stage: Stage) -> Path:
+        return self.output_dir / stage.output
+
+
+def _check_keys(mapping: dict, known: set[str], where: str, what: str) -> None:
+    for key in mapping:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(known))}"
+            raise RecipeError(f"{where}: unknown {what} key '{key}' ({hint})")
+
+
+def _stage_lines(text: str) -> list[tuple[int, dict[str, int]]]:
+    """For each entry of the top-level `stages:` list: its line and the line of each of its keys."""
+    node = yaml.compose(text)
+    for key, value in node.value if node is not None else []:
+        if key.value == "stages" and isinstance(value, yaml.SequenceNode):
+            return [
+                (item.start_mark.line + 1, {k.value: k.start_mark.line + 1 for k, _ in getattr(item, "value", [])})
+                for item in value.value
+                if isinstance(item, yaml.MappingNode)
+            ]
+    return []
+
+
+def _expand_matrix(entry: dict, where: str) -> list[dict]:
+    matrix = entry.get("matrix") or {}
+    if not isinstance(matrix, dict) or not all(isinstance(v, list) and v for v in matrix.values()):
+        raise RecipeError(f"{where}: matrix must map a key to a non-empty list of values, e.g. {{seed: [1, 2, 3]}}")
+    if not matrix:
+        return [{}]
+    keys = list(matrix)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(matrix[k] for k in keys))]
+
+
+def load_pipeline(path: str | Path, output_dir: str | Path | None = None, overrides: dict | None = None) -> Pipeline:
+    """Read and check a pipeline YAML; `output_dir` and `overrides` (for `vars`) come from the command line."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"pipeline file {path} does not exist (pass --config recipes/<model>/pipeline.yaml)")
+    text = path.read_text()
+    try:
+        data = yaml.safe_load(text)
+        lines = _stage_lines(text)
+    except yaml.YAMLError as err:
+        raise RecipeError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("stages"), list) or not data["stages"]:
+        raise RecipeError(f"{path}: a pipeline is a mapping with a non-empty `stages:` list")
+    top_lines = {k.value: k.start_mark.line + 1 for k, _ in yaml.compose(text).value}
+    for key in data:
+        if key not in TOP_KEYS:
+            _check_keys({key: None}, TOP_KEYS, f"{path}:{top_lines.get(key, '?')}", "top-level")
+    variables = dict(data.get("vars") or {})
+    for key, value in (overrides or {}).items():
+        if key not in variables:
+            raise RecipeError(f"--set {key}=...: {path} has no var '{key}' (vars: {', '.join(variables) or 'none'})")
+        variables[key] = yaml.safe_load(value) if isinstance(value, str) else value
+
+    stages, groups = [], {}
+    for index, entry in enumerate(data["stages"]):
+        line, key_lines = lines[index] if index < len(lines) else ("?", {})
+        where = f"{path}:{line}"
+        if not isinstance(entry, dict):
+            raise RecipeError(f"{where}: each stage is a mapping with at least `name` and `command`")
+        for key in entry:
+            if key not in STAGE_KEYS:
+                _check_keys({key: None}, STAGE_KEYS, f"{path}:{key_lines.get(key, line)}", "stage")
+        for required in ("name", "command"):
+            if not entry.get(required):
+                raise RecipeError(f"{where}: stage needs a `{required}`")
+        group = str(entry["name"])
+        if not NAME.match(group) or group in groups:
+            raise RecipeError(f"{where}: stage name '{group}' must be unique and use only letters, digits and _")
+        groups[group] = []
+        for values in _expand_matrix(entry, where):
+            name = "_".join([group, *(str(v) for v in values.values())])
+            if not NAME.match(name):
+                raise RecipeError(f"{where}: matrix values must be letters, digits or _ (stage name '{name}')")
+            groups[group].append(name)
+            stages.append(
+                Stage(
+                    name=name,
+                    group=group,
+                    command=str(entry["command"]),
+                    recipe=entry.get("recipe"),
+                    accelerate_config=entry.get("accelerate_config"),
+                    inputs=[str(i) for i in entry.get("inputs") or []],
+                    args=entry.get("args") or {},
+                    output=str(entry.get("output") or name),
+                    env={str(k): str(v) for k, v in (entry.get("env") or {}).items()},
+                    values=values,
+                    recipe_overrides=entry.get("recipe_overrides") or {},
+                    writes_manifest=bool(entry.get("writes_manifest", True)),
+                    description=str(entry.get("description") or ""),
+                    where=where,
+                )
+            )
+    pipeline = Pipeline(
+        path=path,
+        output_dir=Path(output_dir or data.get("output_dir") or "runs/pipeline"),
+        stages=stages,
+        groups={g: n for g, n in groups.items() if n != [g]},
+        env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
+        vars=variables,
+        description=str(data.get("description") or ""),
+    )
+    _resolve_inputs(pipeline, set(groups))
+    pipeline.stages = _topological(pipeline)
+    for stage in pipeline.stages:  # outputs first: other stages' placeholders refer to them
+        stage.output = substitute(pipeline, stage, stage.output, "output")
+        if not isinstance(stage.output, str) or Path(stage.output).is_absolute() or ".." in Path(stage.output).parts:
+            raise RecipeError(f"{stage.where}: output '{stage.output}' must be a folder inside the output_dir")
+    for stage in pipeline.stages:
+        stage.env = {k: substitute(pipeline, stage, v, f"env.{k}") for k, v in stage.env.items()}
+        command_line(pipeline, stage)  # resolves every placeholder and checks files now, before anything runs
+        if stage.recipe_overrides and not stage.recipe:
+            raise RecipeError(f"{stage.where}: stage '{stage.name}' has recipe_overrides but no recipe")
+        render_recipe(pipeline, stage)
+    outputs = [s.output for s in pipeline.stages]
+    if len(set(outputs)) != len(outputs):
+        raise RecipeError(f"{path}: two stages write the same output folder ({outputs})")
+    return pipeline
+
+
+def _resolve_inputs(pipeline: Pipeline, entry_names: set[str]) -> None:
+    names = {s.name for s in pipeline.stages}
+    for stage in pipeline.stages:
+        resolved = []
+        for name in stage.inputs:
+            if name in pipeline.groups:
+                resolved += pipeline.groups[name]
+            elif name in names:
+                resolved.append(name)
+            else:
+                close = difflib.get_close_matches(name, names | entry_names, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                raise RecipeError(f"{stage.where}: stage '{stage.name}' has unknown input '{name}'{hint}")
+        if stage.name in resolved:
+            raise RecipeError(f"{stage.where}: stage '{stage.name}' lists itself as an input")
+        stage.inputs = resolved
+
+
+def _topological(pipeline: Pipeline) -> list[Stage]:
+    """Kahn's algorithm, keeping the YAML order among stages that are ready at the same time."""
+    remaining = {s.name: set(s.inputs) for s in pipeline.stages}
+    order = []
+    while remaining:
+        ready = [s for s in pipeline.stages if s.name in remaining and not remaining[s.name]]
+        if not ready:
+            cycle = ", ".join(sorted(remaining))
+            raise RecipeError(f"{pipeline.path}: the stage inputs form a cycle among: {cycle}")
+        stage = ready[0]
+        order.append(stage)
+        del remaining[stage.name]
+        for deps in remaining.values():
+            deps.discard(stage.name)
+    return order
+
+
+def placeholder_values(pipeline: Pipeline, stage: Stage) -> dict:
+    """Every value a `{name}` in this stage may refer to (lists for matrix names)."""
+    values = {str(k): v for k, v in pipeline.vars.items()}
+    for other in pipeline.stages:
+        values[other.name] = str(pipeline.output_dir / other.output)
+    for group, names in pipeline.groups.items():
+        values[group] = [str(pipeline.output_dir / pipeline.stage(n).output) for n in names]
+    values.update({str(k): v for k, v in stage.values.items()})
+    values["run"] = str(pipeline.output_dir)
+    values["root"] = str(ROOT)  # the repository (for data files of tools run from another directory)
+    values["output"] = str(pipeline.output_dir / stage.output)
+    return values
+
+
+def substitute(pipeline: Pipeline, stage: Stage, text, what: str) -> str | list[str]:
+    """Fill `{placeholders}`; a value that is exactly one matrix placeholder becomes a list of folders."""
+    if not isinstance(text, str):
+        return str(text) if not isinstance(text, bool) else str(text).lower()
+    values = placeholder_values(pipeline, stage)
+    whole = PLACEHOLDER.fullmatch(text)
+    if whole and (
+        isinstance(values.get(whole.group(1)), list) or (whole.group(1) in values and values[whole.group(1)] is None)
+    ):
+        return values[whole.group(1)]  # several folders, or None: a var set to null leaves the argument out
+
+    def fill(match):
+        key = match.group(1)
+        if key not in values:
+            close = difflib.get_close_matches(key, values, n=1)
+            hint = f" (did you mean '{{{close[0]}}}'?)" if close else ""
+            raise RecipeError(f"{stage.where}: stage '{stage.name}' {what}: unknown placeholder {{{key}}}{hint}")
+        if isinstance(values[key], list):
+            raise RecipeError(
+                f"{stage.where}: stage '{stage.name}' {what}: {{{key}}} stands for several folders, so it must be "
+                f'the whole value (e.g. `inputs: "{{{key}}}"`)'
+            )
+        return str(values[key])
+
+    return PLACEHOLDER.sub(fill, text)
+
+
+def _existing(path: str, stage: Stage, what: str) -> str:
+    """A script/recipe path as given if it exists from the working directory, else from the repository root."""
+    if Path(path).exists():
+        return path
+    if (ROOT / path).exists():
+        return str(ROOT / path)
+    raise RecipeError(f"{stage.where}: stage '{stage.name}': {what} {path} does not exist")
+
+
+def _program(name: str) -> str:
+    """`lm_eval`, `accelerate`, ... from this Python's environment first, so a run needs no activated venv."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else name
+
+
+def _arguments(pipeline: Pipeline, stage: Stage) -> list[str]:
+    if isinstance(stage.args, list):
+        out = []
+        for item in stage.args:
+            value = substitute(pipeline, stage, item, "args")
+            out += value if isinstance(value, list) else [value]
+        return out
+    if not isinstance(stage.args, dict):
+        raise RecipeError(f"{stage.where}: stage '{stage.name}': args must be a mapping (--key value) or a list")
+    out = []
+    for key, value in stage.args.items():
+        flag = f"--{key}"
+        if value is True:  # a bare flag works for argparse store_true and for HfArgumentParser booleans
+            out.append(flag)
+        elif value is None:
+            continue
+        elif isinstance(value, list):
+            items = []
+            for item in value:
+                filled = substitute(pipeline, stage, item, f"args.{key}")
+                items += filled if isinstance(filled, list) else [filled]
+            out += [flag, *items]
+        else:
+            filled = substitute(pipeline, stage, value, f"args.{key}")
+            if filled is not None:
+                out += [flag, *filled] if isinstance(filled, list) else [flag, filled]
+    return out
+
+
+def command_line(pipeline: Pipeline, stage: Stage) -> list[str]:
+    """The argv a stage runs: entry point (through accelerate when asked), `--config recipe`, then its args."""
+    words = shlex.split(stage.command)
+    if words[0].endswith(".py"):
+        script = _existing(words[0], stage, "entry point")
+        if stage.accelerate_config:
+            config = _existing(stage.accelerate_config, stage, "accelerate config")
+            argv = [_program("accelerate"), "launch", "--config_file", config, script, *words[1:]]
+        else:
+            argv = [sys.executable, script, *words[1:]]
+    elif words[0] in ("python", "python3"):
+        argv = [sys.executable, *words[1:]]
+    else:
+        argv = [_program(words[0]), *words[1:]]
+    if stage.recipe:
+        argv += ["--config", str(resolved_recipe_path(pipeline, stage) or _existing(stage.recipe, stage, "recipe"))]
+    return argv + _arguments(pipeline, stage)
+
+
+def resolved_recipe_path(pipeline: Pipeline, stage: Stage) -> Path | None:
+    """Where a stage with `recipe_overrides` gets its merged recipe written (None: it runs its recipe as is)."""
+    if not stage.recipe_overrides:
+        return None
+    return pipeline.output_dir / "pipeline" / "recipes" / f"{stage.name}.yaml"
+
+
+def _merge(base, override):
+    if isinstance(base, dict) and isinstance(override, dict):
+        return {**base, **{k: _merge(base.get(k), v) for k, v in override.items()}}
+    return override
+
+
+def _fill(pipeline: Pipeline, stage: Stage, value, what: str):
+    if isinstance(value, dict):
+        return {k: _fill(pipeline, stage, v, f"{what}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fill(pipeline, stage, v, what) for v in value]
+    if isinstance(value, str):
+        filled = substitute(pipeline, stage, value, what)
+        return yaml.safe_load(filled) if PLACEHOLDER.fullmatch(value) and isinstance(filled, str) else filled
+    return value
+
+
+def render_recipe(pipeline: Pipeline, stage: Stage) -> str | None:
+    """The recipe text a stage runs with `recipe_overrides` merged in (mappings merged key by key, anything else
+    replaced; placeholders filled). Its first comment line (hardware, batch) is kept and the origin stated."""
+    if not stage.recipe_overrides:
+        return None
+    source = Path(_existing(stage.recipe, stage, "recipe"))
+    text = source.read_text()
+    base = yaml.safe_load(text) or {}
+    merged = _merge(base, _fill(pipeline, stage, stage.recipe_overrides, "recipe_overrides"))
+    first = text.splitlines()[0] if text.startswith("#") else "#"
+    header = f"{first}\n# {stage.recipe} with the overrides of stage '{stage.name}' in {pipeline.path}\n"
+    return header + yaml.safe_dump(merged, sort_keys=False, default_flow_style=None)

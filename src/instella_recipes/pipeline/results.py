@@ -1,0 +1,75 @@
+"""Readers for what the stages leave behind: lm-eval result JSONs, Trainer `log_history`, speculative-decoding
+summaries. Used by the model card (`scripts/release.py`) and the demo report (`scripts/pipeline_report.py`)."""
+
+import json
+from pathlib import Path
+
+from instella_recipes.core import RecipeError
+
+
+def eval_result_files(paths: list[str | Path]) -> list[Path]:
+    """lm-eval writes `<output_path>/<model>/results_<time>.json`; take files as given and search folders."""
+    files = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            files += sorted(path.rglob("results*.json"))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise RecipeError(f"eval results: {path} does not exist")
+    return files
+
+
+def read_eval_results(paths: list[str | Path]) -> list[dict]:
+    """Rows `{task, metric, value, stderr, n_shot}` from lm-eval result JSONs (files, or folders searched for
+    `results*.json`); a metric reported under a filter other than `none` is named `metric (filter)`. Group rows
+    without scores and bookkeeping numbers (`sample_len`) are left out."""
+    rows = []
+    for file in eval_result_files(paths):
+        data = json.loads(file.read_text())
+        n_shot = data.get("n-shot", {})
+        for task, metrics in sorted(data.get("results", {}).items()):
+            for key, value in metrics.items():
+                name, _, filt = key.partition(",")
+                stderr_key = f"{name}_stderr,{filt}"
+                # a score has a stderr entry beside it (lm-eval writes one, "N/A" if unknown); `sample_len` has none
+                if name.endswith("_stderr") or stderr_key not in metrics or not isinstance(value, int | float):
+                    continue
+                stderr = metrics[stderr_key]
+                rows.append(
+                    {
+                        "task": task,
+                        "metric": name if filt in ("", "none") else f"{name} ({filt})",
+                        "value": float(value),
+                        "stderr": stderr if isinstance(stderr, int | float) else None,
+                        "n_shot": n_shot.get(task),
+                    }
+                )
+    return rows
+
+
+def trainer_state(folder: str | Path) -> dict | None:
+    """The Trainer's `trainer_state.json` of a training output (top level, else its newest checkpoint)."""
+    folder = Path(folder)
+    top = folder / "trainer_state.json"
+    if top.is_file():
+        return json.loads(top.read_text())
+    checkpoints = sorted(
+        folder.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[-1])
+    )
+    return json.loads(checkpoints[-1].read_text()) if checkpoints else None
+
+
+def loss_history(folder: str | Path, key: str = "loss") -> list[tuple[int, float]]:
+    """(step, value) of every `log_history` entry that logged `key` (the training loss by default)."""
+    state = trainer_state(folder) or {}
+    return [(int(e["step"]), float(e[key])) for e in state.get("log_history", []) if key in e and "step" in e]
+
+
+def speculative_results(folder: str | Path) -> list[dict]:
+    """The summaries `scripts/speculative.py --output` writes (one per decoding mode): `speculative*.json`."""
+    rows = []
+    for file in sorted(Path(folder).glob("speculative*.json")):
+        data = json.loads(file.read_text())
+        rows += [row for row in (data if isinstance(data, list) else [data]) if isinstance(row, dict)]
+    return rows

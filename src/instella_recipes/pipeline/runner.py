@@ -1,0 +1,271 @@
+"""Run a checked `Pipeline`: each stage as a subprocess, its output teed to `<output_dir>/logs/<stage>.log`, a progress
+line on the console, a run record in `<output_dir>/pipeline/<stage>.json` (command, identity, wall time).
+
+A stage is *complete* when its output folder holds `manifest.json` (written last by the entry point, so a stage that
+died half-way never looks complete) and the run record says the pipeline ran it to the end with the same identity
+(its resolved command line, the digest of its recipe and of its inputs' manifests) and saw this very manifest.
+Complete stages are skipped; a stage whose recipe, arguments or inputs changed is run again from an empty folder;
+one that was interrupted with the same identity keeps its folder so that an entry point can resume from it.
+"""
+
+import hashlib
+import json
+import os
+import re
+import resource
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from instella_recipes.core import MANIFEST, RecipeError, file_digest, read_manifest, require_complete, write_manifest
+
+from .graph import ROOT, Pipeline, Stage, _arguments, command_line, render_recipe, resolved_recipe_path
+
+
+class StageFailed(RuntimeError):
+    """A stage exited non-zero or finished without its manifest; the message names the stage and its log."""
+
+
+def log_path(pipeline: Pipeline, stage: Stage) -> Path:
+    return pipeline.output_dir / "logs" / f"{stage.name}.log"
+
+
+def record_path(pipeline: Pipeline, stage: Stage) -> Path:
+    return pipeline.output_dir / "pipeline" / f"{stage.name}.json"
+
+
+def read_record(pipeline: Pipeline, stage: Stage) -> dict | None:
+    path = record_path(pipeline, stage)
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _write_record(pipeline: Pipeline, stage: Stage, record: dict) -> None:
+    path = record_path(pipeline, stage)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".partial")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def fingerprint(pipeline: Pipeline, stage: Stage) -> str | None:
+    """The stage's identity: command, recipe digest, resolved args, env and the digests of its inputs' manifests.
+    None while an input is not complete yet."""
+    inputs = {}
+    for name in stage.inputs:
+        source = pipeline.stage(name)
+        manifest = pipeline.output_of(source) / MANIFEST
+        if not manifest.is_file():
+            return None
+        # The input's manifest, and (when the pipeline made it) which run of it: a re-run upstream re-runs us even
+        # if its manifest happens to be byte-identical.
+        record = read_record(pipeline, source) or {}
+        inputs[name] = [file_digest(manifest), record.get("fingerprint"), record.get("run_id")]
+    identity = {
+        "command": stage.command,
+        "accelerate_config": stage.accelerate_config and file_digest(_file(stage.accelerate_config)),
+        "recipe": stage.recipe,
+        "recipe_digest": stage.recipe and file_digest(_file(stage.recipe)),
+        "recipe_overrides": render_recipe(pipeline, stage),
+        "args": _arguments(pipeline, stage),
+        "env": {**pipeline.env, **stage.env},
+        "inputs": inputs,
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def _file(path: str) -> Path:
+    return Path(path) if Path(path).exists() else ROOT / path
+
+
+def stage_status(pipeline: Pipeline, stage: Stage) -> str:
+    """'complete', 'partial' (interrupted run of this same identity: resumable), 'stale' (made by something else or
+    another recipe/input), 'missing', or 'waiting' (an input is not complete)."""
+    output = pipeline.output_of(stage)
+    current = fingerprint(pipeline, stage)
+    if current is None:
+        return "waiting"
+    record = read_record(pipeline, stage) or {}
+    manifest = output / MANIFEST
+    same = record.get("fingerprint") == current
+    if manifest.is_file():
+        done = record.get("status") == "done" and record.get("manifest_digest") == file_digest(manifest)
+        return "complete" if same and done else "stale"
+    if not output.exists():
+        return "missing"
+    return "partial" if same else "stale"
+
+
+def _child_env(pipeline: Pipeline, stage: Stage) -> dict:
+    env = {**os.environ, **pipeline.env, **stage.env, "PYTHONUNBUFFERED": "1"}
+    # The children import `instella_recipes` / `modeling_instella` from the same checkout as this process.
+    paths = (str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", ""))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    return env
+
+
+_STATUS_SPLIT = re.compile(r"[\r\n]+")
+
+
+def _stream(proc, log, bar, verbose: bool) -> list[str]:
+    """Copy the child's output to the log (and the console when verbose); show its latest line on the progress
+    bar. Returns the last lines, for the failure message."""
+    tail, last_update, pending = [], 0.0, ""
+    fd = proc.stdout.fileno()
+    while chunk := os.read(fd, 1 << 16):
+        log.write(chunk)
+        log.flush()
+        if verbose:
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.flush()
+        pieces = _STATUS_SPLIT.split(pending + chunk.decode(errors="replace"))
+        pending = pieces.pop()
+        tail = (tail + [p for p in pieces if p.strip()])[-20:]
+        latest = (pending or (tail[-1] if tail else "")).strip()
+        if bar is not None and latest and time.monotonic() - last_update > 0.5:
+            bar.set_postfix_str(latest[-80:], refresh=True)
+            last_update = time.monotonic()
+    return (tail + [pending])[-20:] if pending.strip() else tail
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False) -> dict:
+    """Run one stage whose inputs are complete; return its run record or raise `StageFailed`."""
+    for name in stage.inputs:
+        require_complete(pipeline.output_of(pipeline.stage(name)), f"stage '{stage.name}' input '{name}'")
+    output, status = pipeline.output_of(stage), stage_status(pipeline, stage)
+    if status == "stale" or (output / MANIFEST).exists():
+        shutil.rmtree(output)  # made by another recipe or input: start clean (entry points refuse foreign runs)
+    # A command that writes no manifest is not a project entry point; give it its folder (e.g. for --output x.json).
+    (output if not stage.writes_manifest else output.parent).mkdir(parents=True, exist_ok=True)
+    resolved = resolved_recipe_path(pipeline, stage)
+    if resolved is not None:
+        resolved.parent.mkdir(parents=True, exist_ok=True)
+        resolved.write_text(render_recipe(pipeline, stage))
+    argv = command_line(pipeline, stage)
+    log = log_path(pipeline, stage)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "stage": stage.name,
+        "group": stage.group,
+        "description": stage.description,
+        "command": shlex.join(argv),
+        "recipe": str(resolved or stage.recipe) if stage.recipe else None,
+        "inputs": stage.inputs,
+        "values": stage.values,
+        "output": str(output),
+        "log": str(log),
+        "fingerprint": fingerprint(pipeline, stage),
+        "status": "running",
+        "resumed": status == "partial",
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "run_id": uuid.uuid4().hex,  # unique per run (two runs can start within one second of started_at)
+    }
+    _write_record(pipeline, stage, record)
+    start, cpu_start = time.monotonic(), _children_cpu()
+    with open(log, "wb") as handle:
+        handle.write(f"$ {shlex.join(argv)}\n".encode())
+        handle.flush()
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_child_env(pipeline, stage), bufsize=0
+        )
+        try:
+            tail = _stream(proc, handle, bar, verbose)
+            code = proc.wait()
+        except BaseException:  # Ctrl-C or an engine error: do not leave the child running
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            _write_record(pipeline, stage, {**record, "status": "interrupted", "wall_s": time.monotonic() - start})
+            raise
+    # CPU seconds of the stage's processes: unlike wall time, barely changed by other load on the machine.
+    record.update(wall_s=round(time.monotonic() - start, 2), cpu_s=round(_children_cpu() - cpu_start, 2))
+    record["returncode"] = code
+    record["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    problem = None
+    if code != 0:
+        problem = f"exited with code {code}"
+    elif stage.writes_manifest and not (output / MANIFEST).is_file():
+        problem = f"exited 0 but wrote no {MANIFEST} in {output} (the output is incomplete)"
+    if problem:
+        _write_record(pipeline, stage, {**record, "status": "failed"})
+        last = "\n".join(f"    {line}" for line in tail[-12:])
+        raise StageFailed(
+            f"stage '{stage.name}' failed: {problem} after {record['wall_s']:.1f}s.\n"
+            f"  log: {log}\n  command: {record['command']}\n  last lines of the log:\n{last}"
+        )
+    if not stage.writes_manifest:
+        output.mkdir(parents=True, exist_ok=True)
+        write_manifest(
+            output,
+            stage.name,
+            command=argv,
+            recipe=stage.recipe,
+            inputs={n: str(pipeline.output_of(pipeline.stage(n))) for n in stage.inputs},
+            written_by="scripts/pipeline.py",
+        )
+    record.update(status="done", manifest_digest=file_digest(output / MANIFEST))
+    _write_record(pipeline, stage, record)
+    return record
+
+
+def check_inputs(pipeline: Pipeline, stages: list[Stage]) -> None:
+    """Before `--stage X`: every input outside the selection must be complete, or a clear error says what to run."""
+    chosen = {s.name for s in stages}
+    for stage in stages:
+        for name in stage.inputs:
+            if name in chosen:
+                continue
+            source = pipeline.stage(name)
+            if read_manifest(pipeline.output_of(source)) is None:
+                raise RecipeError(
+                    f"stage '{stage.name}' needs the output of stage '{name}' ({pipeline.output_of(source)}), which "
+                    f"is not complete (no {MANIFEST}). Run it first: python scripts/pipeline.py --config "
+                    f"{pipeline.path} --output_dir {pipeline.output_dir} --stage {source.group}"
+                )
+
+
+def run_pipeline(
+    pipeline: Pipeline, only: list[Stage] | None = None, force: bool = False, verbose: bool = False
+) -> list[dict]:
+    """Run `only` (default: every stage) in order, skipping complete ones unless `force`. Returns one summary row
+    per stage: name, 'ran' or 'skipped', wall seconds (of the run that made the output)."""
+    stages = only or pipeline.stages
+    if only:
+        check_inputs(pipeline, stages)
+    summary = []
+    bar_format = "{desc}: {bar:12} {n_fmt}/{total_fmt} stages [{elapsed}]{postfix}"
+    bar = None if verbose else tqdm(total=len(stages), dynamic_ncols=True, file=sys.stderr, bar_format=bar_format)
+    say = print if verbose else tqdm.write
+    try:
+        for index, stage in enumerate(stages, 1):
+            if bar is not None:
+                bar.set_description_str(f"{stage.name}")
+                bar.set_postfix_str("", refresh=True)
+            status = stage_status(pipeline, stage)
+            if status == "complete" and not force:
+                record = read_record(pipeline, stage) or {}
+                say(f"[{index}/{len(stages)}] {stage.name}: complete, skipped ({pipeline.output_of(stage)})")
+                summary.append({"stage": stage.name, "action": "skipped", "wall_s": record.get("wall_s")})
+            else:
+                say(f"[{index}/{len(stages)}] {stage.name}: running (log: {log_path(pipeline, stage)})")
+                record = run_stage(pipeline, stage, bar, verbose)
+                say(f"[{index}/{len(stages)}] {stage.name}: done in {record['wall_s']:.1f}s")
+                summary.append({"stage": stage.name, "action": "ran", "wall_s": record["wall_s"]})
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return summary

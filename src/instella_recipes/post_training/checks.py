@@ -1,0 +1,191 @@
+"""Bad-input policy for post-training data, applied before any training step, with every change counted.
+
+Per row (skipped and counted, never silently changed):
+- a message whose role is not system / user / assistant ("unknown role"), or whose content is not a string;
+- a conversation without an assistant turn ("no assistant turn"), or with an empty assistant message;
+- DPO: a pair whose chosen equals its rejected completion; a prompt that alone fills `max_length`.
+Longer than `max_length` (`overlong` policy): "truncate" (the published way: keep the first `max_length` tokens,
+as OLMo's SFT preprocessing and TRL's DPO collator do) counts the row as truncated; "drop" skips it. An SFT row left
+without any trained token by truncation is skipped.
+
+A dataset without `messages` (SFT) or `chosen`/`rejected` (DPO) is an error before any work (see `mixture.py`). If
+more than `max_skip_fraction` of the rows are skipped, that is an error too (the data is probably in the wrong
+format); otherwise the counts are printed and stored in the output manifest.
+"""
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from datasets import Dataset
+from trl.data_utils import extract_prompt
+
+from instella_recipes.core import RecipeError
+
+from .template import IGNORE_INDEX, ROLES, render, tokenize_conversations
+
+OVERLONG_POLICIES = ("truncate", "drop")
+OK, TRUNCATED = "ok", "ok (truncated to max_length)"
+
+
+@dataclass
+class DataReport:
+    """Row counts of one prepared dataset: kept, truncated, and skipped by reason."""
+
+    stage: str
+    total: int = 0
+    statuses: Counter = field(default_factory=Counter)
+
+    @property
+    def kept(self) -> int:
+        return self.statuses[OK] + self.statuses[TRUNCATED]
+
+    @property
+    def skipped(self) -> dict[str, int]:
+        return {k: v for k, v in sorted(self.statuses.items()) if k not in (OK, TRUNCATED)}
+
+    def as_dict(self) -> dict:
+        return {"rows": self.total, "kept": self.kept, "truncated": self.statuses[TRUNCATED], "skipped": self.skipped}
+
+    def summary(self) -> str:
+        skipped = ", ".join(f"{reason}: {n}" for reason, n in self.skipped.items()) or "none"
+        return (
+            f"[{self.stage} data] {self.total} rows: kept {self.kept} "
+            f"(truncated to max_length: {self.statuses[TRUNCATED]}); skipped: {skipped}"
+        )
+
+    def check(self, max_skip_fraction: float) -> None:
+        n_skipped = sum(self.skipped.values())
+        if self.kept == 0 or n_skipped > max_skip_fraction * self.total:
+            raise RecipeError(
+                f"{self.summary()}. More than max_skip_fraction={max_skip_fraction} of the rows are unusable: check "
+                f"the source format and its converter (or raise max_skip_fraction if this is expected)."
+            )
+
+
+def message_problem(messages) -> str | None:
+    """Why a conversation cannot be trained on, or None."""
+    if not isinstance(messages, list) or not messages:
+        return "not a list of messages"
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            return "unknown role"
+        if not isinstance(m.get("content"), str):
+            return "content is not a string"
+    assistant = [m for m in messages if m["role"] == "assistant"]
+    if not assistant:
+        return "no assistant turn"
+    if any(not m["content"].strip() for m in assistant):
+        return "empty assistant message"
+    return None
+
+
+def _check_policy(overlong: str) -> None:
+    if overlong not in OVERLONG_POLICIES:
+        raise RecipeError(f"overlong must be one of {OVERLONG_POLICIES}, not '{overlong}'")
+
+
+def prepare_sft_dataset(
+    dataset: Dataset, tokenizer, max_length: int | None, overlong: str = "truncate", num_proc: int | None = None
+) -> tuple[Dataset, DataReport]:
+    """Validate, tokenize (assistant-only labels) and apply the overlong policy; return `{input_ids, labels}` rows."""
+    _check_policy(overlong)
+    if "messages" not in dataset.column_names:
+        raise RecipeError(f"the SFT dataset has no `messages` column (columns: {dataset.column_names})")
+
+    def process(batch):
+        problems = [message_problem(m) for m in batch["messages"]]
+        good = [m for m, p in zip(batch["messages"], problems, strict=True) if p is None]
+        encoded = iter(tokenize_conversations(tokenizer, good))
+        out = {"input_ids": [], "labels": [], "_status": []}
+        for problem in problems:
+            ids, labels, status = [], [], problem
+            if problem is None:
+                row = next(encoded)
+                ids, labels, status = row["input_ids"], row["labels"], OK
+                if max_length is not None and len(ids) > max_length:
+                    if overlong == "drop":
+                        ids, labels, status = [], [], "longer than max_length (dropped)"
+                    else:
+                        ids, labels, status = ids[:max_length], labels[:max_length], TRUNCATED
+                        if all(label == IGNORE_INDEX for label in labels):
+                            ids, labels, status = [], [], "no assistant token within max_length"
+            out["input_ids"].append(ids)
+            out["labels"].append(labels)
+            out["_status"].append(status)
+        return out
+
+    processed = dataset.map(
+        process, batched=True, remove_columns=dataset.column_names, num_proc=num_proc, desc="tokenize SFT"
+    )
+    report = DataReport("sft", len(processed), Counter(processed["_status"]))
+    kept = processed.filter(lambda s: s in (OK, TRUNCATED), input_columns="_status", num_proc=num_proc)
+    return kept.remove_columns("_status"), report
+
+
+def _pair_problem(prompt, chosen, rejected) -> str | None:
+    if not (isinstance(chosen, list) and isinstance(rejected, list) and isinstance(prompt, list)):
+        return "not conversational (prompt/chosen/rejected must be message lists)"
+    for completion in (chosen, rejected):
+        problem = message_problem(prompt + completion)
+        if problem:
+            return problem
+        if not any(m["role"] == "assistant" for m in completion):
+            return "no assistant turn"
+    if chosen == rejected:
+        return "chosen equals rejected"
+    return None
+
+
+def prepare_dpo_dataset(
+    dataset: Dataset, tokenizer, max_length: int | None, overlong: str = "truncate", num_proc: int | None = None
+) -> tuple[Dataset, DataReport]:
+    """Validate preference pairs (TRL conversational format; the prompt is the shared prefix when absent) and apply
+    the overlong policy by token length of prompt+chosen / prompt+rejected; return `{prompt, chosen, rejected}`."""
+    _check_policy(overlong)
+    missing = {"chosen", "rejected"} - set(dataset.column_names)
+    if missing:
+        raise RecipeError(
+            f"the preference dataset has no {sorted(missing)} column(s) (columns: {dataset.column_names}); "
+            f"DPO needs `chosen` and `rejected` (and optionally `prompt`)"
+        )
+
+    def lengths(conversations, add_generation_prompt=False):
+        texts = [render(tokenizer, c, add_generation_prompt)[0] for c in conversations]
+        return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
+
+    def process(batch):
+        n = len(batch["chosen"])
+        rows = []
+        for i in range(n):
+            row = {k: batch[k][i] for k in ("prompt", "chosen", "rejected") if k in batch}
+            if "prompt" not in row and isinstance(row["chosen"], list) and isinstance(row["rejected"], list):
+                row = extract_prompt(row)
+            row.setdefault("prompt", None)
+            rows.append(row)
+        statuses = [_pair_problem(r["prompt"], r["chosen"], r["rejected"]) for r in rows]
+        good = [r for r, s in zip(rows, statuses, strict=True) if s is None]
+        n_prompt = iter(lengths([r["prompt"] for r in good], add_generation_prompt=True))
+        n_chosen = iter(lengths([r["prompt"] + r["chosen"] for r in good]))
+        n_rejected = iter(lengths([r["prompt"] + r["rejected"] for r in good]))
+        for i, status in enumerate(statuses):
+            if status is None:
+                p, c, r = next(n_prompt), next(n_chosen), next(n_rejected)
+                status = OK
+                if max_length is not None and p >= max_length:
+                    status = "prompt fills max_length"
+                elif max_length is not None and max(c, r) > max_length:
+                    status = TRUNCATED if overlong == "truncate" else "longer than max_length (dropped)"
+            statuses[i] = status
+        return {
+            "prompt": [r["prompt"] or [] for r in rows],
+            "chosen": [r["chosen"] if isinstance(r["chosen"], list) else [] for r in rows],
+            "rejected": [r["rejected"] if isinstance(r["rejected"], list) else [] for r in rows],
+            "_status": statuses,
+        }
+
+    processed = dataset.map(
+        process, batched=True, remove_columns=dataset.column_names, num_proc=num_proc, desc="check DPO pairs"
+    )
+    report = DataReport("dpo", len(processed), Counter(processed["_status"]))
+    kept = processed.filter(lambda s: s in (OK, TRUNCATED), input_columns="_status", num_proc=num_proc)
+    return kept.remove_columns("_status"), report

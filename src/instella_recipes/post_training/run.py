@@ -1,0 +1,213 @@
+"""What `scripts/sft.py` and `scripts/dpo.py` share: the recipe fields beyond TRL's configs, loading the input model
+and tokenizer, and writing the output folder (model + tokenizer with the chat template, trainer_state.json, the data
+report, manifest.json last)."""
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import yaml
+from transformers import AutoModelForCausalLM
+from trl import get_peft_config
+
+import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
+from instella_recipes.core import RecipeError, file_digest, read_manifest, write_manifest
+from instella_recipes.data.tokenizer import load_tokenizer
+from instella_recipes.training.checkpoints import find_resume_checkpoint
+from instella_recipes.training.checks import check_global_batch, check_tokenizer_fits
+
+from .checks import OVERLONG_POLICIES
+from .mixture import build_mixture
+from .template import install_chat_template
+
+INSTELLA_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass
+class PostTrainArgs:
+    """Recipe fields of both post-training stages (TRL's SFTConfig/DPOConfig and ModelConfig hold the rest; the
+    LoRA block is ModelConfig's `use_peft`, `lora_r`, `lora_alpha`, `lora_dropout`, `lora_target_modules`)."""
+
+    # Typed as strings so the command line can give them too (`--sources '{path: a.jsonl, repeat: 2}' b.jsonl`);
+    # YAML mappings from the recipe file arrive as dicts and are kept.
+    sources: list[str] = field(default_factory=list, metadata={"help": "Data sources: YAML mappings or paths."})
+    tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Default: the input model's folder."})
+    template_path: str | None = field(default=None, metadata={"help": "Chat template file; default: Instella's."})
+    global_batch_size: int | None = field(default=None, metadata={"help": "Checked against the launch if set."})
+    overlong: str = field(default="truncate", metadata={"help": "Rows longer than max_length: truncate | drop."})
+    max_skip_fraction: float = field(default=0.01, metadata={"help": "Error if more rows than this are skipped."})
+    merge_lora: bool = field(default=True, metadata={"help": "With LoRA: merge into full weights in output_dir."})
+    max_samples: int | None = field(default=None, metadata={"help": "Use only the first N mixed rows (smoke runs)."})
+    cpu_threads: int | None = field(
+        default=None, metadata={"help": "torch CPU threads (tiny CPU runs); default: torch's."}
+    )
+
+    def __post_init__(self):
+        self.sources = [_parse_source(s) for s in self.sources]
+        if self.cpu_threads:  # tiny models: thread sync costs more than a second core gains
+            torch.set_num_threads(self.cpu_threads)
+        if self.overlong not in OVERLONG_POLICIES:
+            raise ValueError(f"overlong must be one of {OVERLONG_POLICIES}, not '{self.overlong}'")
+        if not 0 <= self.max_skip_fraction <= 1:
+            raise ValueError(f"max_skip_fraction must be in [0, 1], not {self.max_skip_fraction}")
+
+
+def _parse_source(source) -> dict:
+    if isinstance(source, str):
+        parsed = yaml.safe_load(source)
+        return parsed if isinstance(parsed, dict) else {"path": source}
+    return source
+
+
+def load_tokenizer_with_template(args: PostTrainArgs, model_args):
+    """The tokenizer (its own path, else the input model's folder) with the Instella chat template installed."""
+    model_path = model_args.model_name_or_path
+    if not args.tokenizer_name_or_path:
+        check_model_path(model_args)
+    tokenizer = load_tokenizer(args.tokenizer_name_or_path or model_path)
+    return install_chat_template(tokenizer, args.template_path)
+
+
+def cap_rows(dataset, args: PostTrainArgs):
+    """The first `max_samples` rows of the shuffled mixture (smoke runs, tests); the whole mixture otherwise."""
+    if args.max_samples is not None and args.max_samples < len(dataset):
+        return dataset.select(range(args.max_samples))
+    return dataset
+
+
+def check_model_path(model_args) -> None:
+    """A clear error before any work when the input model folder is missing or is not a model folder."""
+    path = model_args.model_name_or_path
+    if not path:
+        raise RecipeError("model_name_or_path is not set: point it at the previous stage's output folder")
+    looks_like_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~"))
+    if not Path(path).exists() and not looks_like_hub_id:
+        raise RecipeError(f"model folder {path} does not exist: run the previous stage or fix model_name_or_path")
+    if Path(path).exists() and not (Path(path) / "config.json").is_file():
+        raise RecipeError(f"{path} has no config.json: it is not a model folder (did the previous stage finish?)")
+    note_input(model_args)
+
+
+def load_model(model_args):
+    """The input model (any HF folder or Hub id with an Instella or other causal LM) in `model_args.dtype`."""
+    check_model_path(model_args)
+    path = model_args.model_name_or_path
+    dtype = getattr(torch, model_args.dtype) if model_args.dtype not in (None, "auto") else model_args.dtype
+    return AutoModelForCausalLM.from_pretrained(
+        path, dtype=dtype, attn_implementation=model_args.attn_implementation, revision=model_args.model_revision
+    )
+
+
+def check_launch(args: PostTrainArgs, training_args, model, tokenizer) -> None:
+    check_tokenizer_fits(model.config, tokenizer)
+    if args.global_batch_size:
+        check_global_batch(
+            args.global_batch_size,
+            training_args.per_device_train_batch_size,
+            training_args.gradient_accumulation_steps,
+            training_args.world_size,
+        )
+
+
+def resume_checkpoint(training_args) -> str | None:
+    """An explicit `resume_from_checkpoint`, else the newest *complete* checkpoint in output_dir (one with its
+    trainer_state.json, which the Trainer writes last), so an interrupted run resumes and a half-written one is
+    passed over."""
+    if training_args.resume_from_checkpoint:
+        return training_args.resume_from_checkpoint
+    return find_resume_checkpoint(training_args.output_dir)
+
+
+def save_outputs(trainer, model_args, args: PostTrainArgs, recipe: str | None, stage: str, data: dict) -> Path:
+    """Save the trained model (LoRA: the adapter in `adapter/`, then merged into full weights on the main process,
+    from a fresh CPU copy of the base so it works under any sharding), the tokenizer with its chat template, the
+    trainer state, the data report, and the manifest last."""
+    out = Path(trainer.args.output_dir)
+    peft = model_args.use_peft
+    trainer.save_model(str(out / "adapter") if peft else str(out))
+    trainer.save_state()
+    if not trainer.is_world_process_zero():
+        return out
+    if peft and args.merge_lora:
+        merge_adapter(model_args.model_name_or_path, out / "adapter", out)
+    if peft:
+        trainer.processing_class.save_pretrained(out)
+    (out / "data_report.json").write_text(json.dumps(data, indent=2) + "\n")
+    fields = {
+        "recipe": recipe,
+        "recipe_sha256": file_digest(recipe) if recipe and Path(recipe).is_file() else None,
+        "inputs": {"model": model_args.model_name_or_path, "model_manifest": read_manifest_safe(model_args)},
+        "seed": trainer.args.seed,
+        "global_step": trainer.state.global_step,
+        "lora": {"r": model_args.lora_r, "alpha": model_args.lora_alpha, "merged": args.merge_lora} if peft else None,
+        "args": {k: v for k, v in asdict(args).items() if k != "sources"},
+        "data": data,
+    }
+    write_manifest(out, stage, **fields)
+    return out
+
+
+def read_manifest_safe(model_args) -> dict | None:
+    path = model_args.model_name_or_path
+    return read_manifest(path) if path and Path(path).is_dir() else None
+
+
+def note_input(model_args) -> None:
+    """Say where the input comes from: a finished stage of this project (its manifest) or any other HF folder."""
+    manifest = read_manifest_safe(model_args)
+    if manifest:
+        stage, finished = manifest.get("stage"), manifest.get("finished_at")
+        print(f"input {model_args.model_name_or_path}: stage '{stage}' finished {finished}")
+    elif Path(model_args.model_name_or_path or "").is_dir():
+        print(f"input {model_args.model_name_or_path}: no manifest.json (not made by this project's pipeline)")
+
+
+def merge_adapter(base_path: str, adapter_dir: Path, output_dir: Path) -> None:
+    """Base model + LoRA adapter -> one normal HF folder (loads with `from_pretrained`, no PEFT needed)."""
+    from peft import PeftModel
+
+    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+    merged.save_pretrained(output_dir)
+
+
+def recipe_path(argv: list[str] | None) -> str | None:
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return argv[argv.index("--config") + 1] if "--config" in argv else None
+
+
+def build_trainer_for(trainer_cls, prepare, args: PostTrainArgs, training_args, model_args, **mixture_kwargs):
+    """What SFT and DPO share up to a ready trainer: tokenizer with the chat template, the checked data mixture
+    (`prepare` tokenizes it and reports skips), the model, the launch checks. Returns (trainer, data report)."""
+    tokenizer = load_tokenizer_with_template(args, model_args)
+    mixture, sources = build_mixture(
+        args.sources, seed=training_args.seed, num_proc=training_args.dataset_num_proc, **mixture_kwargs
+    )
+    mixture = cap_rows(mixture, args)
+    train, report = prepare(
+        mixture, tokenizer, training_args.max_length, args.overlong, training_args.dataset_num_proc
+    )
+    print(report.summary(), flush=True)
+    report.check(args.max_skip_fraction)
+    model = load_model(model_args)
+    check_launch(args, training_args, model, tokenizer)
+    trainer = trainer_cls(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+    )
+    return trainer, {"sources": sources, **report.as_dict(), "summary": report.summary()}
+
+
+def train_and_save(trainer, data: dict, args: PostTrainArgs, training_args, model_args, argv, stage: str) -> Path:
+    """Train (resuming from the newest checkpoint in output_dir, if any), then write the output folder."""
+    trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
+    out = save_outputs(trainer, model_args, args, recipe_path(argv), stage, data)
+    print(data["summary"], flush=True)
+    print(f"{stage.upper()} model written to {out}")
+    return out

@@ -1,0 +1,336 @@
+"""Sizing rules for a model on a cluster: parameters, FLOPs, GEMM shapes, vocab padding, memory per GPU, throughput.
+
+Everything is computed from the transformers config (the model is built on the meta device for exact counts; see
+instella_recipes/training/flops.py). The memory model, per GPU, with P parameters (total), W GPUs, G GPUs per node:
+
+| strategy | weights | gradients | optimizer state |
+|---|---|---|---|
+| DDP | P x wb | P x gb | P x ob |
+| ZeRO-1 (ZAYA1's data parallelism) | P x wb | P x gb | P x ob / W |
+| FSDP full shard | P x wb / W + gathered | P x gb / W | P x ob / W |
+| FSDP hybrid shard (shard in a node, replicate across) | P x wb / G + gathered | P x gb / G | P x ob / G |
+
+wb / gb / ob = bytes per parameter of the master weights, gradients and optimizer state (defaults 4 / 4 / 8: fp32
+master weights and gradients, AdamW's two fp32 moments; the bf16 compute copy is transient). "gathered" = the
+unsharded bf16 parameters FSDP holds while computing: two decoder layers (the current one and the prefetched next).
+
+Activations (bf16, per GPU, no activation checkpointing, FlashAttention so no T x T scores), per token per layer:
+input norm + normed input 2h, q/k/v (H + 2 KV) x Q, attention output H x Q, MLP norm + normed input 2h, and per
+expert a token visits (top_k for MoE, 1 dense): gate, up and their product 3 I. Plus the logits, b T V x (2 + 4) bytes
+(bf16 logits and the fp32 copy the loss makes). With activation checkpointing only each layer's input (h) is kept
+plus one layer's full set. This is Korthikanti et al. (2022)'s tally adapted to SwiGLU / GQA / MoE without dropout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from instella_recipes.core import RecipeError
+from instella_recipes.training.flops import (
+    PEAK_FLOPS,
+    ParamCounts,
+    count_params_from_config,
+    flops_per_token,
+    moe_shape,
+)
+
+GPU_MEMORY_GB = {"MI300X": 192, "H100": 80, "H200": 141}
+ALIGNMENTS = (64, 128, 256)
+
+
+def preset(name: str):
+    """The published configs as transformers configs."""
+    from transformers import AutoConfig
+
+    import modeling_instella
+
+    presets = {
+        "instella-3b": lambda: modeling_instella.InstellaConfig(),
+        "amd-llama-135m": lambda: AutoConfig.for_model(
+            "llama",
+            vocab_size=32000,
+            hidden_size=768,
+            intermediate_size=2048,
+            num_hidden_layers=12,
+            num_attention_heads=12,
+            num_key_value_heads=12,
+            max_position_embeddings=2048,
+            tie_word_embeddings=False,
+        ),  # fmt: skip
+        "zaya1-base": lambda: AutoConfig.for_model("zaya", max_position_embeddings=4096),
+        "olmoe-1b-7b": lambda: AutoConfig.for_model(
+            "olmoe",
+            vocab_size=50304,
+            hidden_size=2048,
+            intermediate_size=1024,
+            num_hidden_layers=16,
+            num_attention_heads=16,
+            num_key_value_heads=16,
+            num_experts=64,
+            num_experts_per_tok=8,
+            max_position_embeddings=4096,
+            tie_word_embeddings=False,
+        ),  # fmt: skip
+    }
+    if name not in presets:
+        raise RecipeError(f"unknown preset {name!r}: choose one of {sorted(presets)} or give a config.json / recipe")
+    return presets[name]()
+
+
+PRESETS = ("instella-3b", "amd-llama-135m", "zaya1-base", "olmoe-1b-7b")
+
+
+def resolve_config(spec: str):
+    """A preset name, an HF config.json (or the folder holding one), or a recipe YAML with `model_config` or
+    `model_name_or_path`."""
+    from transformers import AutoConfig
+
+    import modeling_instella  # noqa: F401
+
+    if spec in PRESETS:
+        return preset(spec)
+    path = Path(spec)
+    if not path.exists():
+        raise RecipeError(f"model {spec!r} is neither a preset ({', '.join(PRESETS)}) nor an existing file/folder")
+    if path.suffix in (".yaml", ".yml"):
+        recipe = yaml.safe_load(path.read_text()) or {}
+        if isinstance(recipe.get("model_config"), dict):
+            fields = dict(recipe["model_config"])
+            try:
+                return AutoConfig.for_model(fields.pop("model_type"), **fields)
+            except (KeyError, ValueError) as err:
+                raise RecipeError(f"{path}: model_config: {err}") from None
+        if recipe.get("model_name_or_path"):
+            return resolve_config(str(recipe["model_name_or_path"]))
+        raise RecipeError(f"{path}: the recipe has neither model_config nor model_name_or_path")
+    try:
+        return AutoConfig.from_pretrained(str(path.parent if path.is_file() else path), trust_remote_code=True)
+    except (OSError, ValueError) as err:
+        raise RecipeError(f"{path}: not a model config: {err}") from None
+
+
+def misaligned(value: int) -> list[int]:
+    """The alignments in ALIGNMENTS that `value` is not a multiple of."""
+    return [a for a in ALIGNMENTS if value % a]
+
+
+def pad_to(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+@dataclass
+class Gemm:
+    name: str
+    m: int
+    n: int
+    k: int
+    count: str = ""
+
+    def flags(self) -> str:
+        parts = []
+        for label, value in (("M", self.m), ("N", self.n), ("K", self.k)):
+            bad = misaligned(value)
+            if bad:
+                parts.append(f"{label}={value} not /{'/'.join(map(str, bad))}")
+        return "; ".join(parts) or "ok"
+
+
+def dims(config) -> dict:
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    num_experts, top_k = moe_shape(config)
+    intermediate = getattr(config, "moe_intermediate_size", None) if num_experts else None
+    intermediate = intermediate or config.intermediate_size
+    return {
+        "h": config.hidden_size,
+        "layers": config.num_hidden_layers,
+        "heads": heads,
+        "kv_heads": getattr(config, "num_key_value_heads", None) or heads,
+        "head_dim": head_dim,
+        "intermediate": intermediate,
+        "vocab": config.vocab_size,
+        "experts": num_experts,
+        "top_k": top_k,
+    }
+
+
+def gemm_shapes(config, tokens: int, seq_len: int) -> list[Gemm]:
+    """The GEMMs of one decoder layer (+ lm_head) for `tokens` tokens per micro-batch, as (M, N, K) of
+    Y[M, N] = X[M, K] W[K, N]. Attention's batched GEMMs are per (sequence, head)."""
+    d = dims(config)
+    h, q, kv = d["h"], d["heads"] * d["head_dim"], d["kv_heads"] * d["head_dim"]
+    shapes = [
+        Gemm("q_proj", tokens, q, h),
+        Gemm("k_proj / v_proj", tokens, kv, h, "x2"),
+        Gemm("attention QK^T", seq_len, seq_len, d["head_dim"], f"x{d['heads']} per sequence"),
+        Gemm("attention PV", seq_len, d["head_dim"], seq_len, f"x{d['heads']} per sequence"),
+        Gemm("o_proj", tokens, h, q),
+    ]
+    if d["experts"]:
+        routed = max(1, tokens * d["top_k"] // d["experts"])  # tokens per expert under perfect balance
+        shapes += [
+            Gemm("router", tokens, d["experts"], h),
+            Gemm("expert gate+up", routed, 2 * d["intermediate"], h, f"x{d['experts']} experts (balanced load)"),
+            Gemm("expert down", routed, h, d["intermediate"], f"x{d['experts']} experts (balanced load)"),
+        ]
+    else:
+        shapes += [
+            Gemm("mlp gate / up", tokens, d["intermediate"], h, "x2"),
+            Gemm("mlp down", tokens, h, d["intermediate"]),
+        ]
+    shapes.append(Gemm("lm_head", tokens, d["vocab"], h, "once per model"))
+    return shapes
+
+
+def vocab_advice(vocab: int, tokenizer_vocab: int | None = None) -> dict:
+    """Rows to allocate: the tokenizer's ids padded to a multiple of 64 (MI300X/H100 GEMM tiles; ZAYA1's rule)."""
+    base = tokenizer_vocab or vocab
+    return {"tokenizer_vocab": base, "config_vocab": vocab, **{f"pad_{a}": pad_to(base, a) for a in ALIGNMENTS}}
+
+
+@dataclass
+class Cluster:
+    nodes: int = 1
+    gpus_per_node: int = 8
+    micro_batch: int = 1
+    seq_len: int = 4096
+    weight_bytes: float = 4
+    grad_bytes: float = 4
+    optimizer_bytes: float = 8
+    activation_checkpointing: bool = False
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+def activation_bytes(config, cluster: Cluster) -> float:
+    d = dims(config)
+    experts_per_token = d["top_k"] if d["experts"] else 1
+    per_token_layer = (
+        4 * d["h"] + (d["heads"] + 2 * d["kv_heads"]) * d["head_dim"] + d["heads"] * d["head_dim"]
+    ) + 3 * d["intermediate"] * experts_per_token
+    tokens = cluster.micro_batch * cluster.seq_len
+    logits = tokens * d["vocab"] * (2 + 4)
+    if cluster.activation_checkpointing:
+        return tokens * (d["layers"] * d["h"] + per_token_layer) * 2 + logits
+    return tokens * per_token_layer * d["layers"] * 2 + logits
+
+
+def memory_per_gpu(config, counts: ParamCounts, cluster: Cluster) -> dict[str, dict[str, float]]:
+    """GB per GPU for each strategy: weights, gradients, optimizer, activations, total."""
+    p, world, node = counts.total, cluster.world, cluster.gpus_per_node
+    layer_params = (p - counts.embedding * (1 if counts.tied_embeddings else 2)) / config.num_hidden_layers
+    gathered = 2 * layer_params * 2  # two layers' bf16 parameters unsharded at a time
+    activations = activation_bytes(config, cluster)
+    wb, gb, ob = cluster.weight_bytes, cluster.grad_bytes, cluster.optimizer_bytes
+    table = {
+        "DDP": (p * wb, p * gb, p * ob),
+        "ZeRO-1": (p * wb, p * gb, p * ob / world),
+        "FSDP full shard": (p * wb / world + gathered, p * gb / world, p * ob / world),
+        "FSDP hybrid shard": (p * wb / node + gathered, p * gb / node, p * ob / node),
+    }
+    out = {}
+    for name, (weights, grads, optimizer) in table.items():
+        total = weights + grads + optimizer + activations
+        out[name] = {
+            "weights": weights / 1e9,
+            "gradients": grads / 1e9,
+            "optimizer": optimizer / 1e9,
+            "activations": activations / 1e9,
+            "total": total / 1e9,
+        }
+    return out
+
+
+def throughput(flops_token: float, target_mfu: float, world: int) -> dict[str, dict[str, float]]:
+    return {
+        gpu: {"per_gpu": target_mfu * peak / flops_token, "cluster": target_mfu * peak * world / flops_token}
+        for gpu, peak in PEAK_FLOPS.items()
+    }
+
+
+def size(config, cluster: Cluster, target_mfu: float = 0.4, tokenizer_vocab: int | None = None) -> dict:
+    """Every number the CLI prints, as a dict (the --json output)."""
+    counts = count_params_from_config(config)
+    flops = flops_per_token(config, cluster.seq_len, counts)
+    tokens = cluster.micro_batch * cluster.seq_len
+    return {
+        "model_type": config.model_type,
+        "params": counts.as_dict(),
+        "flops_per_token": flops,
+        "seq_len": cluster.seq_len,
+        "gemms": [{**g.__dict__, "flags": g.flags()} for g in gemm_shapes(config, tokens, cluster.seq_len)],
+        "dims": {k: v for k, v in dims(config).items()},
+        "vocab": vocab_advice(config.vocab_size, tokenizer_vocab),
+        "cluster": {**cluster.__dict__, "world": cluster.world},
+        "memory_gb": memory_per_gpu(config, counts, cluster),
+        "gpu_memory_gb": GPU_MEMORY_GB,
+        "target_mfu": target_mfu,
+        "tokens_per_second": throughput(flops, target_mfu, cluster.world),
+    }
+
+
+def render(report: dict) -> str:
+    """The human-readable report (markdown tables)."""
+    p = report["params"]
+    c = report["cluster"]
+    lines = [
+        f"# {report['model_type']}: {p['total']:,} parameters ({p['total'] / 1e9:.3f}B)",
+        "",
+        f"- active per token: {p['active']:,} ({p['active'] / 1e9:.3f}B); routed experts {p['routed_experts']:,}",
+        f"- input embedding {p['embedding']:,}; tied lm_head: {p['tied_embeddings']}; non-embedding "
+        f"{p['total'] - p['embedding']:,}",
+        f"- FLOPs per token at T={report['seq_len']}: {report['flops_per_token']:.4g} "
+        f"(6N + 12LHQT, N = {p['flops_params']:,} = active without the input embedding)",
+        "",
+        "## Dimensions (flag: not a multiple of 64 / 128 / 256)",
+        "",
+        "| dim | value | flag |",
+        "|---|---|---|",
+    ]
+    for name, value in report["dims"].items():
+        if value:
+            bad = misaligned(value) if name not in ("layers", "heads", "kv_heads", "experts", "top_k") else []
+            lines.append(f"| {name} | {value} | {'not /' + '/'.join(map(str, bad)) if bad else 'ok'} |")
+    v = report["vocab"]
+    lines += [
+        "",
+        f"Vocab: tokenizer {v['tokenizer_vocab']:,} -> pad to {v['pad_64']:,} (multiple of 64; 128: {v['pad_128']:,}, "
+        f"256: {v['pad_256']:,}); config has {v['config_vocab']:,} rows.",
+        "",
+        f"## GEMMs per layer (M x N x K), micro-batch {c['micro_batch']} x {c['seq_len']} tokens",
+        "",
+        "| GEMM | M | N | K | count | alignment |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {g['name']} | {g['m']} | {g['n']} | {g['k']} | {g['count']} | {g['flags']} |" for g in report["gemms"]
+    ]
+    lines += [
+        "",
+        f"## Memory per GPU (GB), {c['nodes']} nodes x {c['gpus_per_node']} GPUs, micro-batch {c['micro_batch']} x "
+        f"{c['seq_len']}, activation checkpointing {'on' if c['activation_checkpointing'] else 'off'}",
+        "",
+        "| strategy | weights | gradients | optimizer | activations | total | fits MI300X / H200 / H100 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, m in report["memory_gb"].items():
+        fits = " / ".join("yes" if m["total"] <= cap * 0.9 else "no" for cap in (192, 141, 80))
+        lines.append(
+            f"| {name} | {m['weights']:.1f} | {m['gradients']:.1f} | {m['optimizer']:.1f} | {m['activations']:.1f} | "
+            f"{m['total']:.1f} | {fits} |"
+        )
+    lines += [
+        "",
+        f"## Throughput at {report['target_mfu']:.0%} MFU (dense bf16 peaks)",
+        "",
+        "| GPU | peak TFLOP/s | tokens/s per GPU | tokens/s cluster |",
+        "|---|---|---|---|",
+    ]
+    for gpu, t in report["tokens_per_second"].items():
+        lines.append(f"| {gpu} | {PEAK_FLOPS[gpu] / 1e12:.0f} | {t['per_gpu']:,.0f} | {t['cluster']:,.0f} |")
+    return "\n".join(lines)

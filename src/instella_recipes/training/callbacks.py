@@ -1,0 +1,79 @@
+"""Trainer callbacks for long pretraining runs: pre-emption and non-finite steps.
+
+- `PreemptionCallback`: SIGTERM / SIGUSR1 (what Slurm sends before a job's time limit or on pre-emption, see
+  `--signal=USR1@120` in scripts/slurm/launch.sbatch) sets a flag; at the end of the current optimizer step every
+  process agrees (an all-reduce of the flag), the Trainer saves a checkpoint and stops; the entry point exits 0.
+- `NonFiniteCallback`: `PretrainTrainer` skips the optimizer update of a step whose gradient norm (or loss) is
+  not finite and counts it; this callback logs the count, refuses periodic checkpoints while a streak is running, and
+  after `max_consecutive` bad steps in a row saves a checkpoint (its weights are from before the divergence, since
+  no update was applied) and stops the run, which the entry point reports as an error (exit code 3).
+"""
+
+import signal
+
+import torch
+import torch.distributed as dist
+from transformers import TrainerCallback
+
+
+def _any_rank(flag: bool) -> bool:
+    if dist.is_available() and dist.is_initialized():
+        backend = dist.get_backend()
+        device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        t = torch.tensor([int(flag)], device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
+    return flag
+
+
+class PreemptionCallback(TrainerCallback):
+    """Save a checkpoint and stop cleanly when SIGTERM or SIGUSR1 arrives."""
+
+    def __init__(self, signals=(signal.SIGTERM, signal.SIGUSR1)):
+        self.requested = False
+        self.preempted = False
+        self.signals = signals
+        self._previous = {}
+
+    def _handler(self, signum, frame):
+        self.requested = True
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        for sig in self.signals:
+            self._previous[sig] = signal.signal(sig, self._handler)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if _any_rank(self.requested):
+            self.preempted = True
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+
+class NonFiniteCallback(TrainerCallback):
+    """Stop after `max_consecutive` skipped (non-finite) steps in a row; keep checkpoints from before them."""
+
+    def __init__(self, trainer, max_consecutive: int):
+        self.trainer = trainer
+        self.max_consecutive = max_consecutive
+        self.diverged_at: int | None = None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        streak = self.trainer.nonfinite_streak
+        if streak:
+            control.should_save = False  # no periodic checkpoints while a streak runs
+            if streak >= self.max_consecutive:
+                # No update was applied during the streak: the weights and optimizer state saved now are those from
+                # before the divergence (the data position is past the bad batches).
+                self.diverged_at = state.global_step - streak + 1
+                control.should_save = True
+                control.should_training_stop = True
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is not None and "loss" in logs:
+            logs["skipped_steps"] = self.trainer.skipped_steps

@@ -1,0 +1,33 @@
+"""Input checks that every training entry point runs before it starts work."""
+
+from instella_recipes.core.errors import RecipeError
+
+
+def check_tokenizer_fits(config, tokenizer) -> None:
+    """The model's embedding must have a row for every token id the tokenizer can produce."""
+    n_ids = len(tokenizer)
+    if config.vocab_size < n_ids:
+        raise RecipeError(
+            f"config.vocab_size ({config.vocab_size}) is smaller than the tokenizer ({n_ids} ids, "
+            f"{getattr(tokenizer, 'name_or_path', '')}): set vocab_size >= {n_ids} in the model config "
+            f"(Instella pads 50280 ids to 50304, a multiple of 64)."
+        )
+
+
+def check_global_batch(global_batch_size: int, per_device: int, grad_accum: int, world_size: int) -> None:
+    """The recipe states the published global batch; the launch must reproduce it exactly."""
+    actual = per_device * grad_accum * world_size
+    if actual != global_batch_size:
+        per_step = per_device * world_size
+        fit = global_batch_size // per_step if global_batch_size % per_step == 0 else None
+        hint = (
+            f"set gradient_accumulation_steps={fit}"
+            if fit
+            else f"choose per_device_train_batch_size and gradient_accumulation_steps whose product with the world "
+            f"size ({world_size}) is {global_batch_size}"
+        )
+        raise RecipeError(
+            f"global batch mismatch: per_device_train_batch_size ({per_device}) x gradient_accumulation_steps "
+            f"({grad_accum}) x world size ({world_size}) = {actual}, but the recipe's global_batch_size is "
+            f"{global_batch_size}; {hint} (or override --global_batch_size to run a different batch on purpose)."
+        )

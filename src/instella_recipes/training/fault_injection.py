@@ -1,0 +1,55 @@
+"""Fault-injection plugins (the `plugins:` hook of scripts/pretrain.py) used to prove fault tolerance.
+
+    plugins: [instella_recipes.training.fault_injection:nan_loss]        plugin_args: {nan_steps: [3, 5, 6, 7]}
+    plugins: [instella_recipes.training.fault_injection:kill_at_step]    plugin_args: {kill_step: 5, kill_signal: KILL}
+
+`nan_loss` turns the loss of the listed optimizer steps (1-based) into NaN through a forward hook (the contract's
+way to touch the loss); `kill_at_step` sends a signal to its own process at the end of a step (SIGKILL: a crash;
+SIGTERM/SIGUSR1: a pre-emption).
+"""
+
+import os
+import signal
+
+from transformers import TrainerCallback
+
+
+class _StepTracker(TrainerCallback):
+    def __init__(self):
+        self.step = 0
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.step = state.global_step + 1
+
+
+def nan_loss(model, plugin_args: dict) -> list:
+    tracker = _StepTracker()
+    bad = {int(s) for s in plugin_args.get("nan_steps", [])}
+
+    def hook(module, inputs, outputs):
+        if module.training and tracker.step in bad and getattr(outputs, "loss", None) is not None:
+            outputs.loss = outputs.loss * float("nan")
+        return outputs
+
+    model.register_forward_hook(hook)
+    return [tracker]
+
+
+class _Killer(TrainerCallback):
+    def __init__(self, step: int, sig: signal.Signals, once_file: str | None):
+        self.step, self.sig, self.once_file = step, sig, once_file
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step != self.step or int(os.environ.get("RANK", "0")) != 0:
+            return
+        if self.once_file:  # fire in the first run only, so the resumed run (same recipe) goes through
+            if os.path.exists(self.once_file):
+                return
+            open(self.once_file, "w").close()
+        os.kill(os.getpid(), self.sig)
+
+
+def kill_at_step(model, plugin_args: dict) -> list:
+    """`plugin_args: {kill_step: N, kill_signal: KILL|TERM|USR1, once_file: path (optional)}`."""
+    sig = getattr(signal, "SIG" + str(plugin_args.get("kill_signal", "KILL")).upper())
+    return [_Killer(int(plugin_args["kill_step"]), sig, plugin_args.get("once_file"))]
