@@ -13,158 +13,24 @@ plain mean of all columns, MT-Bench included on its 0-10 scale; a row missing a 
 columns it has, marked with the count.
 """
 
-import argparse
-import json
-import math
 import sys
-from pathlib import Path
+from dataclasses import dataclass, field
 
-import yaml
-from instella_recipes.scripts.make_eval_tasks import SUITES, TINY_WORLD_METRICS
-
-from instella_recipes.core.paths import PUBLISHED_DIR
+from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe
+from instella_recipes.evaluation.report import write_report
 
 
-class ReportError(ValueError):
-    pass
+@dataclass
+class ReportArguments:
+    suite: str = field(default=None, metadata={"help": "A suite of eval/published, or tiny_world."})
+    results: list[str] = field(default_factory=list, metadata={"help": "lm-eval result JSON files or folders."})
+    names: list[str] | None = field(default=None, metadata={"help": "Row names, in the order of --results."})
+    judge: list[str] = field(default_factory=list, metadata={"help": "Judge scores, e.g. AE2=17.5 MT-B=7.1."})
+    output_dir: str = field(default=None, metadata={"help": "Folder for <suite>.md and <suite>.png."})
 
-
-def load_published(suite: str) -> dict:
-    """The published table of a suite (columns, models, scale, source); tiny_world has none."""
-    if suite == "tiny_world":
-        return {"suite": suite, "source": "no published numbers (the project's synthetic world)", "scale": 100,
-                "columns": {name: name for name in TINY_WORLD_METRICS}, "models": {}}  # fmt: skip
-    path = PUBLISHED_DIR / f"{suite}.yaml"
-    if not path.is_file():
-        known = sorted(p.stem for p in PUBLISHED_DIR.glob("*.yaml")) + ["tiny_world"]
-        raise ReportError(f"unknown suite {suite!r}; known: {', '.join(known)}")
-    return yaml.safe_load(path.read_text())
-
-
-def find_result_file(path: str | Path) -> Path:
-    path = Path(path)
-    if path.is_file():
-        return path
-    if path.is_dir():
-        files = sorted(path.rglob("results_*.json"), key=lambda p: p.stat().st_mtime)
-        if files:
-            return files[-1]
-    raise ReportError(f"no lm-eval result file at {path} (expected results_*.json or a folder holding one)")
-
-
-def _member_keys(suite: str, member: str) -> tuple[str, list[str]]:
-    """(metric, candidate task names in lookup order) of one suite member."""
-    if suite == "tiny_world":
-        return TINY_WORLD_METRICS[member], [member]
-    for m in SUITES[suite]:
-        if m.name == member:
-            return m.metric, [m.name, m.offline_task]
-    raise ReportError(f"{member!r} is not a member of suite {suite!r}")
-
-
-def scores_from_results(results: dict, suite: str, published: dict) -> tuple[dict[str, float], bool]:
-    """Column label -> our score on the published scale; and whether any came from offline tasks."""
-    scores, offline = {}, False
-    for label, member in published["columns"].items():
-        if member is None:
-            continue
-        metric, names = _member_keys(suite, member)
-        for name in names:
-            value = results.get(name, {}).get(metric)
-            if isinstance(value, (int, float)):
-                scores[label] = float(value) * published["scale"]
-                offline |= name.endswith("_offline")
-                break
-    return scores, offline
-
-
-def average(row: dict[str, float], columns: list[str]) -> tuple[float, int]:
-    present = [row[c] for c in columns if c in row and not math.isnan(row[c])]
-    return (sum(present) / len(present) if present else float("nan")), len(present)
-
-
-def build_rows(suite, result_files, names=None, judge=None) -> tuple[dict, list[dict]]:
-    """The published table plus one row per result file, each row {name, scores, avg, n, offline, kind}."""
-    published = load_published(suite)
-    columns = list(published["columns"])
-    rows = []
-    for i, path in enumerate(result_files):
-        data = json.loads(find_result_file(path).read_text())
-        if "results" not in data:
-            raise ReportError(f"{path} is not an lm-eval result file (no 'results' key)")
-        scores, offline = scores_from_results(data["results"], suite, published)
-        for label, value in (judge or {}).items():
-            if label not in columns:
-                raise ReportError(f"--judge {label}: not a column of {suite} ({', '.join(columns)})")
-            scores[label] = value
-        name = names[i] if names and i < len(names) else Path(path).stem
-        avg, n = average(scores, columns)
-        rows.append({"name": name, "scores": scores, "avg": avg, "n": n, "offline": offline, "kind": "ours"})
-    for name, values in published["models"].items():
-        scores = {c: float(values[c]) for c in columns if c in values}
-        avg, n = average(scores, columns)
-        rows.append({"name": name, "scores": scores, "avg": avg, "n": n, "published_avg": values.get("Avg"),
-                     "offline": False, "kind": "published"})  # fmt: skip
-    return published, rows
-
-
-def _fmt(value, scale) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.2f}" if scale != 1 else f"{value:.4f}"
-
-
-def markdown_table(published: dict, rows: list[dict]) -> str:
-    columns, scale = list(published["columns"]), published["scale"]
-    lines = ["| Model | Avg | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
-    for row in rows:
-        name = row["name"] + (" (offline sample items)" if row["offline"] else "")
-        avg = _fmt(row["avg"], scale) + (f" ({row['n']}/{len(columns)})" if row["n"] < len(columns) else "")
-        if row["kind"] == "published" and row.get("published_avg") is not None:
-            avg += f" [published {row['published_avg']}]"
-        cells = [_fmt(row["scores"].get(c), scale) for c in columns]
-        lines.append(f"| {name} | {avg} | " + " | ".join(cells) + " |")
-    notes = [
-        "",
-        f"Published numbers: {published['source'].strip()}",
-        f"Average: {published.get('average', 'mean of all columns')}.",
-    ]
-    return "\n".join(lines + notes) + "\n"
-
-
-def bar_chart(published: dict, rows: list[dict], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    columns = list(published["columns"]) + ["Avg"]
-    width = 0.8 / max(1, len(rows))
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(columns)), 4))
-    for i, row in enumerate(rows):
-        values = [row["scores"].get(c, float("nan")) for c in columns[:-1]] + [row["avg"]]
-        xs = [j + (i - (len(rows) - 1) / 2) * width for j in range(len(columns))]
-        hatch = "//" if row["kind"] == "ours" else None
-        ax.bar(xs, [0 if math.isnan(v) else v for v in values], width, label=row["name"], hatch=hatch)
-    ax.set_xticks(range(len(columns)), columns, rotation=30, ha="right")
-    ax.set_ylabel("score (%)" if published["scale"] == 100 else "score")
-    ax.set_title(f"{published['suite']}: ours (hatched) vs published")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-def write_report(suite, result_files, output_dir, names=None, judge=None) -> tuple[Path, Path]:
-    published, rows = build_rows(suite, result_files, names, judge)
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    table = output_dir / f"{suite}.md"
-    table.write_text(f"# {suite}\n\n" + markdown_table(published, rows))
-    png = bar_chart(published, rows, output_dir / f"{suite}.png")
-    return table, png
+    def __post_init__(self):
+        if not self.suite or not self.results or not self.output_dir:
+            raise ValueError("--suite, --results and --output_dir are required")
 
 
 def _parse_judge(items: list[str]) -> dict[str, float]:
@@ -174,25 +40,16 @@ def _parse_judge(items: list[str]) -> dict[str, float]:
         try:
             out[label] = float(value) if sep else float("x")
         except ValueError as error:
-            raise ReportError(f"--judge expects LABEL=NUMBER, got {item!r}") from error
+            raise RecipeError(f"--judge expects LABEL=NUMBER, got {item!r}") from error
     return out
 
 
+@exit_on_recipe_error
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", required=True, help="a suite of eval/published or tiny_world")
-    parser.add_argument("--results", nargs="+", required=True, help="lm-eval result JSON files or output folders")
-    parser.add_argument("--names", nargs="*", default=None, help="row names, in the order of --results")
-    parser.add_argument("--judge", nargs="*", default=[], help="judge scores, e.g. AE2=17.5 MT-B=7.1 (instruct)")
-    parser.add_argument("--output_dir", required=True)
-    args = parser.parse_args(argv)
-    try:
-        table, png = write_report(args.suite, args.results, args.output_dir, args.names, _parse_judge(args.judge))
-    except ReportError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(table.read_text())
-    print(f"wrote {table} and {png}")
+    (args,) = parse_recipe([ReportArguments], argv)
+    table, png = write_report(args.suite, args.results, args.output_dir, args.names, _parse_judge(args.judge))
+    sys.stdout.write(table.read_text())  # the table is this command's output
+    sys.stderr.write(f"wrote {table} and {png}\n")
     return 0
 
 

@@ -13,161 +13,40 @@ The context check builds the requests of tasks whose data is local (the offline 
 for their names only, since building them downloads the datasets.
 """
 
-import argparse
 import os
-import re
-import shutil
 import sys
-from pathlib import Path
+from dataclasses import dataclass, field
 
-from instella_recipes.core.paths import TASKS_DIR
+from instella_recipes.core import exit_on_recipe_error, get_logger, parse_recipe, setup_logging
+from instella_recipes.evaluation.preflight import lm_eval_command, preflight
 
-CHAT_SUITES = ("instella_instruct",)  # run with the model's chat template
-
-
-class EvalInputError(ValueError):
-    """Bad input, found before any model weights are read."""
+logger = get_logger("instella_recipes.scripts.evaluate")
 
 
-def check_model_dir(path: str | Path):
-    """(config, tokenizer) of a local model folder; a clear error if it is missing or not a model."""
-    from transformers import AutoConfig, AutoTokenizer
+@dataclass
+class EvaluateArguments:
+    model_dir: str = field(default=None, metadata={"help": "Model folder (a stage output or a save_pretrained one)."})
+    tasks: str = field(default=None, metadata={"help": "Comma-separated tasks or groups (ours under eval/tasks)."})
+    num_fewshot: int | None = field(default=None, metadata={"help": "Override every task's few-shot count."})
+    limit: int | None = field(default=None, metadata={"help": "Evaluate only this many documents per task."})
+    output_path: str | None = field(default=None, metadata={"help": "lm-eval's --output_path."})
+    check_only: bool = field(default=False, metadata={"help": "Run the checks, not the evaluation."})
 
-    path = Path(path)
-    if not path.is_dir():
-        raise EvalInputError(f"model folder not found: {path}")
-    if not (path / "config.json").is_file():
-        raise EvalInputError(f"{path} is not a model folder: it has no config.json (write it with save_pretrained)")
-    try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=True)
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
-    except Exception as error:  # noqa: BLE001 - re-raised with the folder named
-        raise EvalInputError(f"{path}: cannot load its config or tokenizer: {error}") from error
-    return config, tokenizer
+    def __post_init__(self):
+        if not self.model_dir or not self.tasks:
+            raise ValueError("--model_dir and --tasks are required")
+        self.task_list = [t for t in self.tasks.split(",") if t]
 
 
-def _upstream_mentions(name: str) -> bool:
-    """Whether any of lm-eval's own task YAMLs mentions `name` (a cheap stand-in for indexing them all, which takes
-    15 s or more; the real CLI indexes them anyway)."""
-    import lm_eval
-
-    root = Path(lm_eval.__file__).resolve().parent / "tasks"
-    pattern = re.compile(rf"(^|[\s'\"\[,-]){re.escape(name)}($|[\s'\",\]])", re.MULTILINE)
-    return any(pattern.search(p.read_text(errors="ignore")) for p in root.rglob("*.yaml"))
-
-
-def split_tasks(names: list[str]):
-    """(TaskManager over eval/tasks, our names whose data is local, names left to lm-eval); unknown names raise."""
-    from lm_eval.tasks import TaskManager
-
-    ours = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
-    local, upstream = [], []
-    for name in names:
-        if name in ours.all_tasks and not _needs_upstream(ours, name):
-            local.append(name)
-        elif name in ours.all_tasks or _upstream_mentions(name):
-            upstream.append(name)
-        else:
-            raise EvalInputError(
-                f"unknown task or group: {name}; our suites: {', '.join(ours.all_groups)} "
-                "(or any name `lm_eval ls tasks` lists)"
-            )
-    return ours, local, upstream
-
-
-def _needs_upstream(manager, name: str) -> bool:
-    """Whether one of our groups references tasks that exist only in lm-eval's own index (the online suites)."""
-    from lm_eval.tasks._yaml_loader import load_yaml
-
-    entry = manager.task_index[name]
-    if entry.yaml_path is None:
-        return False
-    cfg = load_yaml(entry.yaml_path, resolve_func=False)
-    members = cfg.get("task") if "group" in cfg else []
-    for member in members if isinstance(members, list) else []:
-        ref = member if isinstance(member, str) else member.get("task") or member.get("group")
-        if ref not in manager.all_tasks or _needs_upstream(manager, ref):
-            return True
-    return False
-
-
-def check_context(names, manager, config, tokenizer, num_fewshot=None, limit=None) -> int:
-    """Build the requests of local-data tasks and check each fits the model's context; return how many checked."""
-    from lm_eval.models.utils import resolve_max_length
-    from lm_eval.tasks import get_task_dict
-
-    max_length = resolve_max_length(config, tokenizer)
-    checked = 0
-    for name, task in _leaf_tasks(get_task_dict(names, manager)):
-        if num_fewshot is not None:
-            task.set_config(key="num_fewshot", value=num_fewshot)
-        task.build_all_requests(limit=limit)
-        gen_toks = (task.config.generation_kwargs or {}).get("max_gen_toks", 256)
-        for instance in task.instances:
-            context, continuation = instance.args[0], instance.args[1]
-            extra = gen_toks if task.config.output_type == "generate_until" else len(tokenizer(continuation).input_ids)
-            length = len(tokenizer(context).input_ids) + extra
-            if length > max_length:
-                raise EvalInputError(
-                    f"task {name}: a {task.config.num_fewshot}-shot prompt of doc {instance.doc_id} needs {length} "
-                    f"tokens (prompt + {'max_gen_toks' if isinstance(continuation, dict) else 'answer'} {extra}) but "
-                    f"the model's context is {max_length}; lower --num_fewshot or use a longer-context model"
-                )
-            checked += 1
-    return checked
-
-
-def _leaf_tasks(task_dict):
-    for key, value in task_dict.items():
-        if isinstance(value, dict):
-            yield from _leaf_tasks(value)
-        else:
-            yield getattr(key, "group_name", key) if not isinstance(key, str) else key, value
-
-
-def lm_eval_command(args, extra: list[str]) -> list[str]:
-    lm_eval = shutil.which("lm_eval") or shutil.which("lm-eval")
-    base = [lm_eval] if lm_eval else [sys.executable, "-m", "lm_eval"]
-    cmd = base + [
-        "--model", "hf", "--model_args", f"pretrained={args.model_dir},trust_remote_code=True",
-        "--include_path", str(TASKS_DIR), "--tasks", ",".join(args.tasks),
-    ]  # fmt: skip
-    if args.num_fewshot is not None:
-        cmd += ["--num_fewshot", str(args.num_fewshot)]
-    if args.limit is not None:
-        cmd += ["--limit", str(args.limit)]
-    if args.output_path:
-        cmd += ["--output_path", args.output_path]
-    if any(t.startswith(CHAT_SUITES) for t in args.tasks) and "--apply_chat_template" not in extra:
-        cmd += ["--apply_chat_template"]  # the instruct table was measured on chat-formatted prompts
-    return cmd + extra
-
-
-def preflight(model_dir, tasks, num_fewshot=None, limit=None) -> int:
-    """All checks; returns how many requests were checked against the context (local-data tasks only)."""
-    config, tokenizer = check_model_dir(model_dir)
-    manager, local, _upstream = split_tasks(tasks)
-    return check_context(local, manager, config, tokenizer, num_fewshot, limit) if local else 0
-
-
+@exit_on_recipe_error
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model_dir", required=True)
-    parser.add_argument("--tasks", required=True, type=lambda s: [t for t in s.split(",") if t])
-    parser.add_argument("--num_fewshot", type=int, default=None)
-    parser.add_argument("--limit", type=int, default=None)
-    parser.add_argument("--output_path", default=None)
-    parser.add_argument("--check_only", action="store_true", help="run the checks, not the evaluation")
-    args = parser.parse_args(argv)
-    try:
-        checked = preflight(args.model_dir, args.tasks, args.num_fewshot, args.limit)
-    except EvalInputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"checks passed ({checked} requests fit the model's context)", file=sys.stderr)
+    (args,) = parse_recipe([EvaluateArguments], argv)
+    setup_logging()
+    checked = preflight(args.model_dir, args.task_list, args.num_fewshot, args.limit)
+    logger.info(f"checks passed ({checked} requests fit the model's context)")
     if args.check_only:
         return 0
     cmd = lm_eval_command(args, extra)

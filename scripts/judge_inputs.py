@@ -66,8 +66,9 @@ def read_mt_bench(path) -> list[dict]:
 
 
 def load_chat_model(path):
-    from instella_recipes.scripts.evaluate import check_model_dir
     from transformers import AutoModelForCausalLM
+
+    from instella_recipes.evaluation.preflight import check_model_dir
 
     _, tokenizer = check_model_dir(path)
     if not tokenizer.chat_template:

@@ -1,305 +1,40 @@
-"""Write the lm-eval task and group YAMLs under `eval/tasks/` from one table (`SUITES`), so the online suites
-(lm-eval's own tasks over the Hub datasets) and their offline twins (the same task logic over shipped jsonl)
-cannot drift apart.
+"""Write eval/tasks/ (our lm-eval suites and their offline twins) from lm-eval's own task YAMLs.
 
     python scripts/make_eval_tasks.py            # rewrite eval/tasks/ (run after upgrading lm-eval; commit the diff)
     python scripts/make_eval_tasks.py --check    # exit 1 if the shipped YAMLs differ from what this writes (CI)
 
-Why generated rather than `include:`d: lm-eval resolves `include:` relative to the including file, and the upstream
-YAMLs live inside the installed package, whose path differs per machine. So each offline task is a copy of the
-upstream YAML as lm-eval itself loads it (`load_yaml`, includes merged), with `!function` references rewritten to the
-importable `lm_eval.tasks.<folder>.<module>.<fn>` and only the data source replaced (`dataset_path: json`, the shipped
-files in `dataset_kwargs.data_files`, loaded by `custom_dataset: !function _data.load`, which finds them relative to
-the YAML rather than the current directory). A test asserts that the logic keys equal upstream's.
+What is generated and why: `instella_recipes/evaluation/tasks.py`.
 """
 
-import argparse
-import json
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import lm_eval
-import yaml
-from lm_eval.tasks._yaml_loader import load_yaml
+from instella_recipes.core import exit_on_recipe_error, get_logger, parse_recipe, setup_logging
+from instella_recipes.core.paths import TASKS_DIR
+from instella_recipes.evaluation.tasks import generated_files, stale_files
 
-from instella_recipes.core.paths import EVAL_DIR, TASKS_DIR
-from instella_recipes.data.tiny_world import TinyWorld
-
-OFFLINE_DIR = TASKS_DIR / "offline"
-UPSTREAM_DIR = Path(lm_eval.__file__).resolve().parent / "tasks"
-DATA_KEYS = {
-    "dataset_path", "dataset_name", "dataset_kwargs", "custom_dataset", "training_split", "validation_split",
-    "test_split", "fewshot_split", "task", "tag", "group", "task_alias", "metadata",
-}  # fmt: skip
+logger = get_logger("instella_recipes.scripts.make_eval_tasks")
 
 
-@dataclass(frozen=True)
-class Member:
-    """One task of a suite: the upstream lm-eval task (or group), its few-shot count, and its offline stand-in."""
-
-    name: str  # upstream task or group name
-    num_fewshot: int
-    is_group: bool = False
-    offline: str | None = None  # upstream *task* whose logic the offline variant copies (a group's first subtask)
-    metric: str = "acc"  # the metric the report reads ("<metric>,<filter>")
-
-    @property
-    def offline_task(self) -> str:
-        return f"{self.offline or self.name}_offline"
+@dataclass
+class MakeTasksArguments:
+    check: bool = field(default=False, metadata={"help": "Only report YAMLs that differ; exit 1 if any."})
 
 
-@dataclass(frozen=True)
-class OfflineTask:
-    """An offline task: upstream YAML (relative to lm_eval/tasks), shipped data per split, and the eval split."""
-
-    upstream_yaml: str
-    data: dict[str, str]
-    overrides: dict = field(default_factory=dict)
-    name: str | None = None  # defaults to "<upstream task>_offline"
-
-
-# The suites. Published settings: SPEC.md 3 (Instella tables 2 and 3) and 4 (AMD-Llama-135m model card).
-# Settings shared by the pretrained and instruct tables (SPEC.md 3): MMLU 5-shot, BBH 3-shot CoT, GSM8K 8-shot.
-MMLU_5SHOT = Member("mmlu", 5, is_group=True, offline="mmlu_high_school_geography", metric="acc,none")
-BBH_3SHOT_COT = Member(
-    "bbh_cot_fewshot", 3, is_group=True, offline="bbh_cot_fewshot_boolean_expressions", metric="exact_match,get-answer"
-)
-GSM8K_8SHOT = Member("gsm8k_cot", 8, metric="exact_match,strict-match")
-
-SUITES: dict[str, list[Member]] = {
-    "instella_pretrain": [
-        Member("arc_challenge", 0, metric="acc_norm,none"),
-        Member("arc_easy", 0, metric="acc_norm,none"),
-        Member("boolq", 0, metric="acc,none"),
-        Member("hellaswag", 0, metric="acc_norm,none"),
-        Member("piqa", 0, metric="acc_norm,none"),
-        Member("sciq", 0, metric="acc_norm,none"),
-        Member("winogrande", 0, metric="acc,none"),
-        Member("openbookqa", 0, metric="acc_norm,none"),
-        MMLU_5SHOT,
-        BBH_3SHOT_COT,
-        GSM8K_8SHOT,
-    ],
-    "instella_instruct": [
-        MMLU_5SHOT,
-        # The 6 TruthfulQA QA pairs are part of lm-eval's prompt template, so num_fewshot stays 0 (= "6-shot").
-        Member("truthfulqa_mc2", 0, metric="acc,none"),
-        BBH_3SHOT_COT,
-        Member("gpqa_main_cot_zeroshot", 0, metric="exact_match,flexible-extract"),
-        GSM8K_8SHOT,
-        Member("minerva_math", 0, is_group=True, offline="minerva_math_algebra", metric="exact_match,none"),
-        Member("ifeval", 0, metric="prompt_level_loose_acc,none"),
-    ],
-    "amd_llama_135m": [
-        Member("sciq", 0, metric="acc,none"),
-        Member("winogrande", 0, metric="acc,none"),
-        Member("piqa", 0, metric="acc,none"),
-        Member("wsc273", 0, metric="acc,none"),
-        Member("mmlu", 0, is_group=True, offline="mmlu_high_school_geography", metric="acc,none"),
-        Member("lambada_openai", 0, metric="acc,none"),
-        Member("arc_easy", 0, metric="acc,none"),
-        Member("arc_challenge", 0, metric="acc,none"),
-        Member("logiqa", 0, metric="acc,none"),
-        Member("hellaswag", 0, metric="acc,none"),
-    ],
-}
-
-# lm-eval's own groups the suites reference (name -> YAML under lm_eval/tasks), checked by the tests.
-UPSTREAM_GROUPS = {
-    "mmlu": "mmlu/default/_mmlu.yaml",
-    "bbh_cot_fewshot": "bbh/cot_fewshot/_bbh_cot_fewshot.yaml",
-    "minerva_math": "benchmarks/minerva_math.yaml",
-}
-
-_D = "../../data/offline/"
-OFFLINE_TASKS: dict[str, OfflineTask] = {
-    "arc_challenge": OfflineTask("arc/arc_challenge.yaml", {"test": _D + "arc_challenge.jsonl"}),
-    "arc_easy": OfflineTask("arc/arc_easy.yaml", {"test": _D + "arc_easy.jsonl"}),
-    "boolq": OfflineTask("super_glue/boolq/default.yaml", {"validation": _D + "boolq.jsonl"}),
-    "hellaswag": OfflineTask("hellaswag/hellaswag.yaml", {"validation": _D + "hellaswag.jsonl"}),
-    "piqa": OfflineTask("piqa/piqa.yaml", {"validation": _D + "piqa.jsonl"}),
-    "sciq": OfflineTask("sciq/sciq.yaml", {"test": _D + "sciq.jsonl"}),
-    "winogrande": OfflineTask("winogrande/default.yaml", {"validation": _D + "winogrande.jsonl"}),
-    "openbookqa": OfflineTask("openbookqa/openbookqa.yaml", {"test": _D + "openbookqa.jsonl"}),
-    "mmlu_high_school_geography": OfflineTask(
-        "mmlu/default/mmlu_high_school_geography.yaml",
-        {"test": _D + "mmlu_high_school_geography.jsonl", "dev": _D + "mmlu_high_school_geography.dev.jsonl"},
-    ),
-    "bbh_cot_fewshot_boolean_expressions": OfflineTask(
-        "bbh/cot_fewshot/boolean_expressions.yaml", {"test": _D + "bbh_cot_fewshot_boolean_expressions.jsonl"}
-    ),
-    "gsm8k_cot": OfflineTask("gsm8k/gsm8k-cot.yaml", {"test": _D + "gsm8k_cot.jsonl"}),
-    "truthfulqa_mc2": OfflineTask("truthfulqa/truthfulqa_mc2.yaml", {"validation": _D + "truthfulqa_mc2.jsonl"}),
-    "gpqa_main_cot_zeroshot": OfflineTask(
-        "gpqa/cot_zeroshot/gpqa_main_cot_zeroshot.yaml", {"train": _D + "gpqa_main_cot_zeroshot.jsonl"}
-    ),
-    "minerva_math_algebra": OfflineTask(
-        "minerva_math/minerva_math_algebra.yaml", {"test": _D + "minerva_math_algebra.jsonl"}
-    ),
-    "ifeval": OfflineTask("ifeval/ifeval.yaml", {"train": _D + "ifeval.jsonl"}),
-    "wsc273": OfflineTask("wsc273/default.yaml", {"test": _D + "wsc273.jsonl"}),
-    "lambada_openai": OfflineTask("lambada/lambada_openai.yaml", {"test": _D + "lambada_openai.jsonl"}),
-    "logiqa": OfflineTask("logiqa/logiqa.yaml", {"test": _D + "logiqa.jsonl"}),
-}
-
-# The demo's suite over the TinyWorld eval items (instella_recipes/data/tiny_world.py, default seed): ARC logic for the
-# multiple-choice facts; GSM8K's prompt ("Question: ...\nAnswer:", the format of the tiny corpus) with
-# gsm8k-cot's "The answer is N." extraction (the format the tiny models are trained to answer in), 0-shot and at
-# most 32 new tokens so it fits a 256-token context.
-TINY_WORLD_TASKS: dict[str, OfflineTask] = {
-    "tiny_world_mc": OfflineTask(
-        "arc/arc_easy.yaml", {"test": "../../data/tiny_world/eval_mc.jsonl"}, name="tiny_world_mc"
-    ),
-    "tiny_world_arithmetic": OfflineTask(
-        "gsm8k/gsm8k.yaml",
-        {"test": "../../data/tiny_world/eval_arithmetic.jsonl"},
-        name="tiny_world_arithmetic",
-        overrides={
-            "num_fewshot": 0,
-            "generation_kwargs": {
-                "until": ["Question:", "</s>", "<|im_end|>", "\n\n"],
-                "do_sample": False,
-                "temperature": 0.0,
-                "max_gen_toks": 32,
-            },
-            "filter_list": [
-                {
-                    "name": "strict-match",
-                    "filter": [
-                        {"function": "regex", "regex_pattern": "The answer is (\\-?[0-9\\.\\,]+)"},
-                        {"function": "take_first"},
-                    ],
-                },
-                {
-                    "name": "flexible-extract",
-                    "filter": [
-                        {"function": "regex", "group_select": -1, "regex_pattern": "(-?[$0-9.,]{2,})|(-?[0-9]+)"},
-                        {"function": "take_first"},
-                    ],
-                },
-            ],
-        },
-    ),
-}
-TINY_WORLD_METRICS = {"tiny_world_mc": "acc,none", "tiny_world_arithmetic": "exact_match,strict-match"}
-
-
-class FunctionRef(str):
-    """A `!function module.fn` reference, written back as the YAML tag lm-eval resolves."""
-
-
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-_Dumper.add_representer(FunctionRef, lambda dumper, value: dumper.represent_scalar("!function", str(value)))
-
-
-def _upstream_function(path_string: str) -> FunctionRef:
-    """`<lm_eval/tasks>/hellaswag/utils.process_docs` (what load_yaml returns unresolved) -> importable name."""
-    relative = Path(path_string).relative_to(UPSTREAM_DIR).as_posix()
-    return FunctionRef("lm_eval.tasks." + relative.replace("/", "."))
-
-
-def _rewrite_functions(value):
-    if isinstance(value, str) and value.startswith(str(UPSTREAM_DIR) + "/"):
-        return _upstream_function(value)
-    if isinstance(value, dict):
-        return {k: _rewrite_functions(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rewrite_functions(v) for v in value]
-    return value
-
-
-def upstream_config(upstream_yaml: str) -> dict:
-    """The upstream task config as lm-eval loads it (includes merged), functions as importable references."""
-    return _rewrite_functions(load_yaml(UPSTREAM_DIR / upstream_yaml, resolve_func=False, recursive=True))
-
-
-def offline_config(upstream_name: str, spec: OfflineTask) -> dict:
-    """Upstream logic + shipped data: only the DATA_KEYS differ from upstream."""
-    upstream = upstream_config(spec.upstream_yaml)
-    cfg = {"task": spec.name or f"{upstream_name}_offline"}
-    cfg["dataset_path"] = "json"
-    cfg["dataset_kwargs"] = {"data_files": dict(spec.data)}
-    cfg["custom_dataset"] = FunctionRef("_data.load")
-    eval_split = next(s for s in spec.data if s not in ("dev",))
-    upstream_eval = "test_split" if upstream.get("test_split") else "validation_split"
-    cfg["training_split"] = None
-    cfg["validation_split"] = eval_split if upstream_eval == "validation_split" else None
-    cfg["test_split"] = eval_split if upstream_eval == "test_split" else None
-    if upstream.get("fewshot_split"):
-        cfg["fewshot_split"] = upstream["fewshot_split"] if upstream["fewshot_split"] in spec.data else None
-    cfg.update({k: v for k, v in upstream.items() if k not in DATA_KEYS})
-    cfg.update(spec.overrides)
-    version = (upstream.get("metadata") or {}).get("version")
-    cfg["metadata"] = {"version": version, "upstream_task": upstream["task"], "upstream_yaml": spec.upstream_yaml}
-    return cfg
-
-
-def suite_config(suite: str, offline: bool) -> dict:
-    """The group YAML of one suite; each member carries the suite's few-shot count."""
-    members = []
-    for m in SUITES[suite]:
-        if offline:
-            members.append({"task": m.offline_task, "num_fewshot": m.num_fewshot})
-        else:
-            members.append({"group" if m.is_group else "task": m.name, "num_fewshot": m.num_fewshot})
-    name = f"{suite}_offline" if offline else suite
-    return {"group": name, "task": members, "metadata": {"version": 1.0}}
-
-
-def tiny_world_suite() -> dict:
-    return {"group": "tiny_world", "task": list(TINY_WORLD_TASKS), "metadata": {"version": 1.0}}
-
-
-HEADER = (
-    "# Generated by scripts/make_eval_tasks.py from lm-eval {version}'s own task YAMLs; "
-    "edit the generator, not this.\n"
-)
-
-
-def render(cfg: dict) -> str:
-    body = yaml.dump(cfg, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1000)
-    return HEADER.format(version=lm_eval.__version__ if hasattr(lm_eval, "__version__") else "?") + body
-
-
-def generated_files() -> dict[Path, str]:
-    """Every file this module owns (task YAMLs and the TinyWorld eval jsonl), path -> text."""
-    files = {}
-    for suite in SUITES:
-        files[TASKS_DIR / f"{suite}.yaml"] = render(suite_config(suite, offline=False))
-        files[OFFLINE_DIR / f"{suite}_offline.yaml"] = render(suite_config(suite, offline=True))
-    for name, spec in OFFLINE_TASKS.items():
-        files[OFFLINE_DIR / f"{name}_offline.yaml"] = render(offline_config(name, spec))
-    for name, spec in TINY_WORLD_TASKS.items():
-        files[OFFLINE_DIR / f"{name}.yaml"] = render(offline_config(name, spec))
-    files[OFFLINE_DIR / "tiny_world.yaml"] = render(tiny_world_suite())
-    world = TinyWorld()  # the default seed: the world the demo trains on
-    for name, rows in (("eval_mc", world.eval_multiple_choice()), ("eval_arithmetic", world.eval_arithmetic())):
-        files[EVAL_DIR / "data" / "tiny_world" / f"{name}.jsonl"] = "".join(json.dumps(r) + "\n" for r in rows)
-    return files
-
-
-def stale_files() -> list[Path]:
-    """Generated files that are missing or differ from what is shipped."""
-    return [p for p, text in generated_files().items() if not p.is_file() or p.read_text() != text]
-
-
+@exit_on_recipe_error
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only report YAMLs that differ; exit 1 if any")
-    args = parser.parse_args(argv)
+    (args,) = parse_recipe([MakeTasksArguments], argv)
+    setup_logging()
     if args.check:
         stale = stale_files()
         for path in stale:
-            print(f"stale: {path} (run python scripts/make_eval_tasks.py)", file=sys.stderr)
+            logger.error(f"stale: {path} (run python scripts/make_eval_tasks.py)")
         return 1 if stale else 0
-    for path, text in generated_files().items():
+    files = generated_files()
+    for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    print(f"wrote {len(generated_files())} YAMLs under {TASKS_DIR}")
+    logger.info(f"wrote {len(files)} YAMLs under {TASKS_DIR}")
     return 0
 
 

@@ -11,12 +11,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from instella_recipes.scripts import eval_report as report
-from instella_recipes.scripts import evaluate as run
-from instella_recipes.scripts import make_eval_tasks as make_tasks
+from instella_recipes.scripts import evaluate
 from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 from lm_eval.tasks._yaml_loader import load_yaml
+
+from instella_recipes.core import RecipeError
+from instella_recipes.evaluation import preflight as run
+from instella_recipes.evaluation import report
+from instella_recipes.evaluation import tasks as make_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "eval" / "tasks"
@@ -169,41 +172,43 @@ def test_report_reproduces_the_published_averages(suite):
 
 
 def test_report_rejects_bad_input(tmp_path):
-    with pytest.raises(report.ReportError, match="unknown suite"):
+    with pytest.raises(RecipeError, match="unknown suite"):
         report.load_published("nope")
-    with pytest.raises(report.ReportError, match="no lm-eval result file"):
+    with pytest.raises(RecipeError, match="no lm-eval result file"):
         report.find_result_file(tmp_path)
     (tmp_path / "results_x.json").write_text("{}")
-    with pytest.raises(report.ReportError, match="not an lm-eval result file"):
+    with pytest.raises(RecipeError, match="not an lm-eval result file"):
         report.build_rows("tiny_world", [tmp_path / "results_x.json"])
 
 
 # --- checks before model work --------------------------------------------------------------------------------------
 def test_preflight_errors_before_any_model_work(tiny_model_dir, tmp_path):
-    with pytest.raises(run.EvalInputError, match="model folder not found"):
+    with pytest.raises(RecipeError, match="model_dir .* does not exist"):
         run.preflight(tmp_path / "missing", ["tiny_world"])
     (tmp_path / "not_a_model").mkdir()
-    with pytest.raises(run.EvalInputError, match="no config.json"):
+    with pytest.raises(RecipeError, match="no config.json"):
         run.preflight(tmp_path / "not_a_model", ["tiny_world"])
     # the tiny checkpoint has a 256-token context: MMLU's 5-shot prompt does not fit
     too_long = r"mmlu_high_school_geography_offline: a 5-shot prompt .* context is 256"
-    with pytest.raises(run.EvalInputError, match=too_long):
+    with pytest.raises(RecipeError, match=too_long):
         run.preflight(tiny_model_dir, ["instella_pretrain_offline"], limit=1)
     assert run.preflight(tiny_model_dir, ["tiny_world"], limit=2) == 2 + 2 * 4  # 2 generations, 2 x 4 choices
-    assert run.main(["--model_dir", str(tmp_path / "missing"), "--tasks", "tiny_world", "--check_only"]) == 2
-    with pytest.raises(run.EvalInputError, match="unknown task or group: no_such_suite"):
+    with pytest.raises(SystemExit) as exit_info:
+        evaluate.main(["--model_dir", str(tmp_path / "missing"), "--tasks", "tiny_world", "--check_only"])
+    assert exit_info.value.code == 2
+    with pytest.raises(RecipeError, match="unknown task or group: no_such_suite"):
         run.preflight(tiny_model_dir, ["tiny_world", "no_such_suite"])
     # online suites and lm-eval's own tasks are known by name; their data is not built here (it would download)
     assert run.preflight(tiny_model_dir, ["instella_pretrain", "arc_easy"]) == 0
 
 
 def test_run_builds_the_lm_eval_command():
-    args = run.argparse.Namespace(
-        model_dir="m", tasks=["instella_instruct_offline"], num_fewshot=None, limit=3, output_path="o"
+    args = evaluate.EvaluateArguments(
+        model_dir="m", tasks="instella_instruct_offline", num_fewshot=None, limit=3, output_path="o"
     )
     cmd = run.lm_eval_command(args, ["--batch_size", "auto"])
     assert cmd[-2:] == ["--batch_size", "auto"] and "--apply_chat_template" in cmd
     assert cmd[cmd.index("--model_args") + 1] == "pretrained=m,trust_remote_code=True"
     assert cmd[cmd.index("--include_path") + 1] == str(run.TASKS_DIR) and cmd[cmd.index("--limit") + 1] == "3"
-    args.tasks = ["instella_pretrain"]
+    args.task_list = ["instella_pretrain"]
     assert "--apply_chat_template" not in run.lm_eval_command(args, [])

@@ -1,10 +1,24 @@
-"""What every entry point shares: one bad-input error, the recipe parser, manifests, repository paths."""
+"""What every entry point shares: the one bad-input error, the recipe parser, atomic outputs, manifests, the
+model-folder check, logging and the repository paths."""
 
-from .errors import RecipeError, exit_on_recipe_error
+from .errors import RecipeError, did_you_mean, exit_on_recipe_error
+from .io import atomic_file, atomic_output_dir, atomic_write_text, partial_path
+from .logs import get_logger, is_main_process, setup_logging
 from .manifest import MANIFEST, file_digest, read_manifest, require_complete, write_manifest
+from .model_folder import check_model_folder, looks_like_hub_id
 from .recipe import check_recipe_keys, load_recipe_yaml, parse_recipe
 
 __all__ = [
+    "atomic_file",
+    "atomic_output_dir",
+    "atomic_write_text",
+    "check_model_folder",
+    "did_you_mean",
+    "get_logger",
+    "is_main_process",
+    "looks_like_hub_id",
+    "partial_path",
+    "setup_logging",
     "MANIFEST",
     "RecipeError",
     "check_recipe_keys",

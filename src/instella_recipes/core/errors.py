@@ -5,9 +5,10 @@ names the file (and line) or the field, and says what to do. Entry points wrap `
 the user sees `error: <message>` on stderr and exit code 2, before any work has started and with no traceback.
 """
 
+import difflib
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 
 class RecipeError(ValueError):
@@ -26,3 +27,9 @@ def exit_on_recipe_error(main: Callable) -> Callable:
             raise SystemExit(2) from None
 
     return wrapper
+
+
+def did_you_mean(name: str, known: Iterable[str], otherwise: str = "remove it or check the spelling") -> str:
+    """`did you mean 'x'?` for the known name closest to `name`, else `otherwise` (for error messages)."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"did you mean '{close[0]}'?" if close else otherwise

@@ -5,7 +5,6 @@ them. TRL's parser already refuses unknown keys, but only as a list; we check fi
 the line and the closest known key, before any model or data work starts.
 """
 
-import difflib
 import sys
 from collections.abc import Iterable
 from dataclasses import fields
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import RecipeError
+from .errors import RecipeError, did_you_mean
 
 
 def _config_path(args: list[str]) -> Path | None:
@@ -46,22 +45,86 @@ def check_recipe_keys(path: Path, data: dict, lines: dict[str, int], known: Iter
     known = set(known) | {"env"}
     for key in data:
         if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f"did you mean '{close[0]}'?" if close else "remove it or check the spelling"
-            raise RecipeError(f"{path}:{lines.get(key, '?')}: unknown key '{key}' ({hint})")
+            raise RecipeError(f"{path}:{lines.get(key, '?')}: unknown key '{key}' ({did_you_mean(key, known)})")
 
 
-def parse_recipe(dataclass_types: Iterable[type], args: list[str] | None = None) -> tuple:
-    """Parse `--config <yaml>` plus command-line overrides into one instance of each dataclass type."""
+def _option_names(parser) -> set[str]:
+    return {option for action in parser._actions for option in action.option_strings}
+
+
+def check_flags(parser, args: list[str]) -> None:
+    """Every `--flag` on the command line is one the parser knows; otherwise the same hint as an unknown YAML key.
+
+    argparse's own message ("unrecognized arguments") comes after parsing and names no alternative; prefix
+    matching is off (`allow_abbrev=False`), so `--learning_rat` is an error here, not `--learning_rate`.
+    """
+    known = _option_names(parser)
+    for arg in args:
+        if arg == "--":
+            break
+        if arg.startswith("--"):
+            flag = arg.split("=", 1)[0]
+            if flag not in known:
+                hint = did_you_mean(flag, known, "see --help for every field")
+                raise RecipeError(f"command line: unknown flag '{flag}' ({hint})")
+
+
+def _merge_repeated_lists(parser, args: list[str]) -> list[str]:
+    """`--stage a --stage b` means `--stage a b` for list fields (argparse would keep only the last)."""
+    list_flags = {o for a in parser._actions if a.nargs in ("+", "*") for o in a.option_strings}
+    values: dict[str, list[str]] = {}
+    out, i = [], 0
+    while i < len(args):
+        arg = args[i]
+        if arg in list_flags:
+            j = i + 1
+            while j < len(args) and not args[j].startswith("--"):
+                j += 1
+            if arg not in values:
+                values[arg] = []
+                out.append(arg)
+                out.append(values[arg])
+            values[arg].extend(args[i + 1 : j])
+            i = j
+        else:
+            out.append(arg)
+            i += 1
+    return [x for item in out for x in (item if isinstance(item, list) else [item])]
+
+
+def make_parser(dataclass_types: Iterable[type], config_help: str | None = None):
+    """TRL's parser (`TrlParser`: dataclass fields as flags, `--config` YAML as their defaults) with prefix matching
+    off and `--config` listed in `--help`."""
+    from trl import TrlParser  # imported here: TRL is slow to import and tools that only raise errors skip it
+
+    parser = TrlParser(list(dataclass_types), allow_abbrev=False)
+    parser.add_argument(
+        "--config",
+        metavar="YAML",
+        help=config_help or "Recipe file (recipes/<model>/<stage>.yaml): its keys set the defaults; flags override.",
+    )
+    return parser
+
+
+def parse_recipe(dataclass_types: Iterable[type], args: list[str] | None = None, config_help: str | None = None):
+    """Parse `--config <yaml>` plus command-line overrides into one instance of each dataclass type.
+
+    Checked before anything is parsed: the YAML's keys (unknown key: `file:line` and the nearest known key) and the
+    command line's flags (unknown flag: the nearest known flag). A value a dataclass refuses in `__post_init__`
+    becomes a `RecipeError` naming the file or the command line.
+    """
     dataclass_types = list(dataclass_types)
     args = list(sys.argv[1:] if args is None else args)
+    parser = make_parser(dataclass_types, config_help)
+    check_flags(parser, args)
     path = _config_path(args)
     if path is not None:
         data, lines = load_recipe_yaml(path)
         check_recipe_keys(path, data, lines, (f.name for dc in dataclass_types for f in fields(dc)))
-    from trl import TrlParser  # imported here: TRL is slow to import and tools that only raise errors skip it
-
+    args = _merge_repeated_lists(parser, args)
     try:
-        return tuple(TrlParser(dataclass_types).parse_args_and_config(args))
+        parsed = parser.parse_args_and_config(args)
     except ValueError as err:  # the dataclasses' own __post_init__ checks
         raise RecipeError(f"{path or 'command line'}: {err}") from None
+    # HfArgumentParser returns what no dataclass claims (our `--config`) as a trailing Namespace
+    return tuple(item for item in parsed if isinstance(item, tuple(dataclass_types)))

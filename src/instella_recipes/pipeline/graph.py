@@ -26,7 +26,6 @@ stage runs: unknown keys (with file:line), unknown inputs, cycles, unknown place
 files.
 """
 
-import difflib
 import itertools
 import re
 import shlex
@@ -36,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from instella_recipes.core import RecipeError
+from instella_recipes.core import RecipeError, did_you_mean
 from instella_recipes.core.paths import REPO_ROOT as ROOT
 
 NAME = re.compile(r"^[A-Za-z0-9_]+$")
@@ -99,9 +98,8 @@ class Pipeline:
         names = self.groups.get(name) or ([name] if any(s.name == name for s in self.stages) else [])
         if not names:
             known = sorted(set(self.groups) | {s.name for s in self.stages})
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise RecipeError(f"{self.path}: no stage named '{name}'{hint}; stages: {', '.join(known)}")
+            hint = did_you_mean(name, known, "stages: " + ", ".join(known))
+            raise RecipeError(f"{self.path}: no stage named '{name}' ({hint})")
         return [self.stage(n) for n in names]
 
     def output_of(self, stage: Stage) -> Path:
@@ -111,8 +109,7 @@ class Pipeline:
 def _check_keys(mapping: dict, known: set[str], where: str, what: str) -> None:
     for key in mapping:
         if key not in known:
-            close = difflib.get_close_matches(str(key), known, n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(known))}"
+            hint = did_you_mean(str(key), known, f"known keys: {', '.join(sorted(known))}")
             raise RecipeError(f"{where}: unknown {what} key '{key}' ({hint})")
 
 
@@ -238,9 +235,8 @@ def _resolve_inputs(pipeline: Pipeline, entry_names: set[str]) -> None:
             elif name in names:
                 resolved.append(name)
             else:
-                close = difflib.get_close_matches(name, names | entry_names, n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                raise RecipeError(f"{stage.where}: stage '{stage.name}' has unknown input '{name}'{hint}")
+                hint = did_you_mean(name, names | entry_names, "check the stage names")
+                raise RecipeError(f"{stage.where}: stage '{stage.name}' has unknown input '{name}' ({hint})")
         if stage.name in resolved:
             raise RecipeError(f"{stage.where}: stage '{stage.name}' lists itself as an input")
         stage.inputs = resolved
@@ -291,9 +287,8 @@ def substitute(pipeline: Pipeline, stage: Stage, text, what: str) -> str | list[
     def fill(match):
         key = match.group(1)
         if key not in values:
-            close = difflib.get_close_matches(key, values, n=1)
-            hint = f" (did you mean '{{{close[0]}}}'?)" if close else ""
-            raise RecipeError(f"{stage.where}: stage '{stage.name}' {what}: unknown placeholder {{{key}}}{hint}")
+            hint = did_you_mean(key, values, "add it to `vars`")
+            raise RecipeError(f"{stage.where}: stage '{stage.name}' {what}: unknown placeholder {{{key}}} ({hint})")
         if isinstance(values[key], list):
             raise RecipeError(
                 f"{stage.where}: stage '{stage.name}' {what}: {{{key}}} stands for several folders, so it must be "

@@ -8,11 +8,16 @@ from instella_recipes.core import RecipeError
 
 
 def eval_result_files(paths: list[str | Path]) -> list[Path]:
-    """lm-eval writes `<output_path>/<model>/results_<time>.json`; take files as given and search folders."""
+    """lm-eval writes `<output_path>/<model>/results_<time>.json`: files are taken as given; a folder gives the
+    newest result file of each folder under it (a re-run with the same output_path adds a newer file and leaves the
+    older, stale one beside it). The one finder for the report, the model card and the demo report."""
     files = []
     for path in map(Path, paths):
         if path.is_dir():
-            files += sorted(path.rglob("results*.json"))
+            newest = {}
+            for file in sorted(path.rglob("results*.json"), key=lambda f: f.stat().st_mtime):
+                newest[file.parent] = file
+            files += sorted(newest.values())
         elif path.is_file():
             files.append(path)
         else:

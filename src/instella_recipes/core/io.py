@@ -1,0 +1,67 @@
+"""Outputs that are either complete or absent: write aside, then rename.
+
+A crash, a kill or a full disk half way leaves a `.partial` sibling (removed on the next attempt), never a file or
+folder that a later stage would take for a finished one. `os.replace` is atomic within one filesystem, which the
+sibling guarantees.
+"""
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+PARTIAL = ".partial"
+
+
+def partial_path(path: str | Path) -> Path:
+    """The sibling that `path` is written as before it is renamed into place."""
+    path = Path(path)
+    return path.with_name(path.name + PARTIAL)
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write `text` to `path` through a `.partial` sibling and a rename."""
+    path = Path(path)
+    tmp = partial_path(path)
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path, mode: str = "w", **open_kwargs) -> Iterator:
+    """Open `path.partial` for writing; on a clean exit rename it to `path`, on an exception remove it."""
+    path = Path(path)
+    tmp = partial_path(path)
+    try:
+        with open(tmp, mode, **open_kwargs) as handle:
+            yield handle
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def atomic_output_dir(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
+    """Yield `path.partial` (fresh and empty) to build a folder in; on a clean exit it becomes `path`.
+
+    On an exception the partial folder is removed and `path` is untouched. An existing `path` is replaced only with
+    `overwrite=True` (the caller decides, and says so in its own error, whether that is allowed).
+    """
+    path = Path(path)
+    tmp = partial_path(path)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if path.exists():
+        if not overwrite:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise FileExistsError(f"{path} appeared while it was being written")
+        shutil.rmtree(path)
+    os.replace(tmp, path)

@@ -1,0 +1,131 @@
+"""Checks of an lm-eval run before any model work, and the exact `lm_eval` command it hands over to.
+
+Used by `scripts/evaluate.py`; see its docstring for what is checked and why.
+"""
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from instella_recipes.core import RecipeError, check_model_folder
+from instella_recipes.core.paths import TASKS_DIR
+
+CHAT_SUITES = ("instella_instruct",)  # run with the model's chat template
+
+
+def check_model_dir(path: str | Path):
+    """(config, tokenizer) of a local model folder; a clear error if it is missing or not a model."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    path = check_model_folder(path, "model_dir")
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=True)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+    except Exception as error:  # noqa: BLE001 - re-raised with the folder named
+        raise RecipeError(f"{path}: cannot load its config or tokenizer: {error}") from error
+    return config, tokenizer
+
+
+def _upstream_mentions(name: str) -> bool:
+    """Whether any of lm-eval's own task YAMLs mentions `name` (a cheap stand-in for indexing them all, which takes
+    15 s or more; the real CLI indexes them anyway)."""
+    import lm_eval
+
+    root = Path(lm_eval.__file__).resolve().parent / "tasks"
+    pattern = re.compile(rf"(^|[\s'\"\[,-]){re.escape(name)}($|[\s'\",\]])", re.MULTILINE)
+    return any(pattern.search(p.read_text(errors="ignore")) for p in root.rglob("*.yaml"))
+
+
+def split_tasks(names: list[str]):
+    """(TaskManager over eval/tasks, our names whose data is local, names left to lm-eval); unknown names raise."""
+    from lm_eval.tasks import TaskManager
+
+    ours = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
+    local, upstream = [], []
+    for name in names:
+        if name in ours.all_tasks and not _needs_upstream(ours, name):
+            local.append(name)
+        elif name in ours.all_tasks or _upstream_mentions(name):
+            upstream.append(name)
+        else:
+            raise RecipeError(
+                f"unknown task or group: {name}; our suites: {', '.join(ours.all_groups)} "
+                "(or any name `lm_eval ls tasks` lists)"
+            )
+    return ours, local, upstream
+
+
+def _needs_upstream(manager, name: str) -> bool:
+    """Whether one of our groups references tasks that exist only in lm-eval's own index (the online suites)."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    entry = manager.task_index[name]
+    if entry.yaml_path is None:
+        return False
+    cfg = load_yaml(entry.yaml_path, resolve_func=False)
+    members = cfg.get("task") if "group" in cfg else []
+    for member in members if isinstance(members, list) else []:
+        ref = member if isinstance(member, str) else member.get("task") or member.get("group")
+        if ref not in manager.all_tasks or _needs_upstream(manager, ref):
+            return True
+    return False
+
+
+def check_context(names, manager, config, tokenizer, num_fewshot=None, limit=None) -> int:
+    """Build the requests of local-data tasks and check each fits the model's context; return how many checked."""
+    from lm_eval.models.utils import resolve_max_length
+    from lm_eval.tasks import get_task_dict
+
+    max_length = resolve_max_length(config, tokenizer)
+    checked = 0
+    for name, task in _leaf_tasks(get_task_dict(names, manager)):
+        if num_fewshot is not None:
+            task.set_config(key="num_fewshot", value=num_fewshot)
+        task.build_all_requests(limit=limit)
+        gen_toks = (task.config.generation_kwargs or {}).get("max_gen_toks", 256)
+        for instance in task.instances:
+            context, continuation = instance.args[0], instance.args[1]
+            extra = gen_toks if task.config.output_type == "generate_until" else len(tokenizer(continuation).input_ids)
+            length = len(tokenizer(context).input_ids) + extra
+            if length > max_length:
+                raise RecipeError(
+                    f"task {name}: a {task.config.num_fewshot}-shot prompt of doc {instance.doc_id} needs {length} "
+                    f"tokens (prompt + {'max_gen_toks' if isinstance(continuation, dict) else 'answer'} {extra}) but "
+                    f"the model's context is {max_length}; lower --num_fewshot or use a longer-context model"
+                )
+            checked += 1
+    return checked
+
+
+def _leaf_tasks(task_dict):
+    for key, value in task_dict.items():
+        if isinstance(value, dict):
+            yield from _leaf_tasks(value)
+        else:
+            yield getattr(key, "group_name", key) if not isinstance(key, str) else key, value
+
+
+def lm_eval_command(args, extra: list[str]) -> list[str]:
+    lm_eval = shutil.which("lm_eval") or shutil.which("lm-eval")
+    base = [lm_eval] if lm_eval else [sys.executable, "-m", "lm_eval"]
+    cmd = base + [
+        "--model", "hf", "--model_args", f"pretrained={args.model_dir},trust_remote_code=True",
+        "--include_path", str(TASKS_DIR), "--tasks", ",".join(args.task_list),
+    ]  # fmt: skip
+    if args.num_fewshot is not None:
+        cmd += ["--num_fewshot", str(args.num_fewshot)]
+    if args.limit is not None:
+        cmd += ["--limit", str(args.limit)]
+    if args.output_path:
+        cmd += ["--output_path", args.output_path]
+    if any(t.startswith(CHAT_SUITES) for t in args.task_list) and "--apply_chat_template" not in extra:
+        cmd += ["--apply_chat_template"]  # the instruct table was measured on chat-formatted prompts
+    return cmd + extra
+
+
+def preflight(model_dir, tasks, num_fewshot=None, limit=None) -> int:
+    """All checks; returns how many requests were checked against the context (local-data tasks only)."""
+    config, tokenizer = check_model_dir(model_dir)
+    manager, local, _upstream = split_tasks(tasks)
+    return check_context(local, manager, config, tokenizer, num_fewshot, limit) if local else 0

@@ -1,0 +1,150 @@
+"""The evaluation report: lm-eval results beside the published numbers, as a markdown table and a bar chart.
+
+See `scripts/eval_report.py` for the rules (which metric, which scale, how averages are computed).
+"""
+
+import json
+import math
+from pathlib import Path
+
+import yaml
+
+from instella_recipes.core import RecipeError
+from instella_recipes.core.paths import PUBLISHED_DIR
+from instella_recipes.evaluation.tasks import SUITES, TINY_WORLD_METRICS
+from instella_recipes.pipeline.results import eval_result_files
+
+
+def load_published(suite: str) -> dict:
+    """The published table of a suite (columns, models, scale, source); tiny_world has none."""
+    if suite == "tiny_world":
+        return {"suite": suite, "source": "no published numbers (the project's synthetic world)", "scale": 100,
+                "columns": {name: name for name in TINY_WORLD_METRICS}, "models": {}}  # fmt: skip
+    path = PUBLISHED_DIR / f"{suite}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in PUBLISHED_DIR.glob("*.yaml")) + ["tiny_world"]
+        raise RecipeError(f"unknown suite {suite!r}; known: {', '.join(known)}")
+    return yaml.safe_load(path.read_text())
+
+
+def find_result_file(path: str | Path) -> Path:
+    """The lm-eval result file at `path`: the file itself, or the newest one in the folder."""
+    files = eval_result_files([path]) if Path(path).exists() else []
+    if not files:
+        raise RecipeError(f"no lm-eval result file at {path} (expected results_*.json or a folder holding one)")
+    return max(files, key=lambda f: f.stat().st_mtime)
+
+
+def _member_keys(suite: str, member: str) -> tuple[str, list[str]]:
+    """(metric, candidate task names in lookup order) of one suite member."""
+    if suite == "tiny_world":
+        return TINY_WORLD_METRICS[member], [member]
+    for m in SUITES[suite]:
+        if m.name == member:
+            return m.metric, [m.name, m.offline_task]
+    raise RecipeError(f"{member!r} is not a member of suite {suite!r}")
+
+
+def scores_from_results(results: dict, suite: str, published: dict) -> tuple[dict[str, float], bool]:
+    """Column label -> our score on the published scale; and whether any came from offline tasks."""
+    scores, offline = {}, False
+    for label, member in published["columns"].items():
+        if member is None:
+            continue
+        metric, names = _member_keys(suite, member)
+        for name in names:
+            value = results.get(name, {}).get(metric)
+            if isinstance(value, (int, float)):
+                scores[label] = float(value) * published["scale"]
+                offline |= name.endswith("_offline")
+                break
+    return scores, offline
+
+
+def average(row: dict[str, float], columns: list[str]) -> tuple[float, int]:
+    present = [row[c] for c in columns if c in row and not math.isnan(row[c])]
+    return (sum(present) / len(present) if present else float("nan")), len(present)
+
+
+def build_rows(suite, result_files, names=None, judge=None) -> tuple[dict, list[dict]]:
+    """The published table plus one row per result file, each row {name, scores, avg, n, offline, kind}."""
+    published = load_published(suite)
+    columns = list(published["columns"])
+    rows = []
+    for i, path in enumerate(result_files):
+        data = json.loads(find_result_file(path).read_text())
+        if "results" not in data:
+            raise RecipeError(f"{path} is not an lm-eval result file (no 'results' key)")
+        scores, offline = scores_from_results(data["results"], suite, published)
+        for label, value in (judge or {}).items():
+            if label not in columns:
+                raise RecipeError(f"--judge {label}: not a column of {suite} ({', '.join(columns)})")
+            scores[label] = value
+        name = names[i] if names and i < len(names) else Path(path).stem
+        avg, n = average(scores, columns)
+        rows.append({"name": name, "scores": scores, "avg": avg, "n": n, "offline": offline, "kind": "ours"})
+    for name, values in published["models"].items():
+        scores = {c: float(values[c]) for c in columns if c in values}
+        avg, n = average(scores, columns)
+        rows.append({"name": name, "scores": scores, "avg": avg, "n": n, "published_avg": values.get("Avg"),
+                     "offline": False, "kind": "published"})  # fmt: skip
+    return published, rows
+
+
+def _fmt(value, scale) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.2f}" if scale != 1 else f"{value:.4f}"
+
+
+def markdown_table(published: dict, rows: list[dict]) -> str:
+    columns, scale = list(published["columns"]), published["scale"]
+    lines = ["| Model | Avg | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
+    for row in rows:
+        name = row["name"] + (" (offline sample items)" if row["offline"] else "")
+        avg = _fmt(row["avg"], scale) + (f" ({row['n']}/{len(columns)})" if row["n"] < len(columns) else "")
+        if row["kind"] == "published" and row.get("published_avg") is not None:
+            avg += f" [published {row['published_avg']}]"
+        cells = [_fmt(row["scores"].get(c), scale) for c in columns]
+        lines.append(f"| {name} | {avg} | " + " | ".join(cells) + " |")
+    notes = [
+        "",
+        f"Published numbers: {published['source'].strip()}",
+        f"Average: {published.get('average', 'mean of all columns')}.",
+    ]
+    return "\n".join(lines + notes) + "\n"
+
+
+def bar_chart(published: dict, rows: list[dict], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = list(published["columns"]) + ["Avg"]
+    width = 0.8 / max(1, len(rows))
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(columns)), 4))
+    for i, row in enumerate(rows):
+        values = [row["scores"].get(c, float("nan")) for c in columns[:-1]] + [row["avg"]]
+        xs = [j + (i - (len(rows) - 1) / 2) * width for j in range(len(columns))]
+        hatch = "//" if row["kind"] == "ours" else None
+        ax.bar(xs, [0 if math.isnan(v) else v for v in values], width, label=row["name"], hatch=hatch)
+    ax.set_xticks(range(len(columns)), columns, rotation=30, ha="right")
+    ax.set_ylabel("score (%)" if published["scale"] == 100 else "score")
+    ax.set_title(f"{published['suite']}: ours (hatched) vs published")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_report(suite, result_files, output_dir, names=None, judge=None) -> tuple[Path, Path]:
+    published, rows = build_rows(suite, result_files, names, judge)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    table = output_dir / f"{suite}.md"
+    table.write_text(f"# {suite}\n\n" + markdown_table(published, rows))
+    png = bar_chart(published, rows, output_dir / f"{suite}.png")
+    return table, png
