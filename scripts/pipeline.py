@@ -8,25 +8,27 @@ cluster runs the published recipe stage by stage. The format is described in `in
 docs/pipeline.md.
 """
 
-import argparse
 import shlex
 import sys
+from dataclasses import dataclass, field
 
-from instella_recipes.core import exit_on_recipe_error
+from instella_recipes.core import RecipeError, config_path, exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.pipeline.graph import command_line, load_pipeline
 from instella_recipes.pipeline.runner import StageFailed, run_pipeline, stage_status
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
-    parser.add_argument("--config", required=True, help="pipeline YAML, e.g. recipes/tiny/pipeline.yaml")
-    parser.add_argument("--output_dir", help="folder for all stage outputs, logs and the report (default: the YAML's)")
-    parser.add_argument("--stage", action="append", help="run only this stage or matrix entry (repeatable)")
-    parser.add_argument("--set", action="append", default=[], metavar="VAR=VALUE", help="override a `vars` entry")
-    parser.add_argument("--force", action="store_true", help="run the selected stages even if they are complete")
-    parser.add_argument("--dry_run", action="store_true", help="print each stage's status and command; run nothing")
-    parser.add_argument("--verbose", action="store_true", help="also stream every stage's output to the console")
-    return parser.parse_args(argv)
+@dataclass
+class PipelineArguments:
+    output_dir: str | None = field(
+        default=None, metadata={"help": "Folder for all stage outputs, logs and the report (default: the YAML's)."}
+    )
+    stage: list[str] = field(
+        default_factory=list, metadata={"help": "Run only these stages or matrix entries (repeatable)."}
+    )
+    set: list[str] = field(default_factory=list, metadata={"help": "VAR=VALUE overrides of `vars` (repeatable)."})
+    force: bool = field(default=False, metadata={"help": "Run the selected stages even if they are complete."})
+    dry_run: bool = field(default=False, metadata={"help": "Print each stage's status and command; run nothing."})
+    verbose: bool = field(default=False, metadata={"help": "Also stream every stage's output to the console."})
 
 
 def _overrides(items: list[str]) -> dict:
@@ -34,15 +36,25 @@ def _overrides(items: list[str]) -> dict:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"error: --set expects VAR=VALUE, got '{item}'")
+            raise RecipeError(f"--set expects VAR=VALUE, got '{item}'")
         out[key] = value
     return out
 
 
 @exit_on_recipe_error
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    pipeline = load_pipeline(args.config, args.output_dir, _overrides(args.set))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    (args,) = parse_recipe(
+        [PipelineArguments],
+        argv,
+        config_help="Pipeline YAML (the stage graph), e.g. recipes/tiny/pipeline.yaml.",
+        config_is_input=True,
+    )
+    path = config_path(argv)
+    if path is None:
+        raise RecipeError("--config is required: the pipeline YAML, e.g. recipes/tiny/pipeline.yaml")
+    setup_logging()
+    pipeline = load_pipeline(path, args.output_dir, _overrides(args.set))
     only = [stage for name in args.stage for stage in pipeline.select(name)] if args.stage else None
     if args.dry_run:
         for stage in only or pipeline.stages:

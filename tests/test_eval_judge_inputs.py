@@ -3,6 +3,7 @@
 import json
 import shutil
 
+import pytest
 from instella_recipes.scripts import judge_inputs
 
 TEMPLATE = (
@@ -38,9 +39,15 @@ def test_bad_inputs(tiny_model_dir, tmp_path):
     bad = tmp_path / "alpaca.json"
     bad.write_text(json.dumps({"not": "a list"}))
     base = ["--model", str(tiny_model_dir), "--model_id", "x", "--output_dir", str(tmp_path / "o")]
-    assert judge_inputs.main([*base, "--alpaca_eval", str(bad)]) == 2
+    assert _exit_code([*base, "--alpaca_eval", str(bad)]) == 2
     ok = tmp_path / "ok.json"
     ok.write_text(json.dumps([{"instruction": "hi"}]))
-    assert judge_inputs.main([*base, "--alpaca_eval", str(ok)]) == 2  # no chat template: not a chat model
-    assert judge_inputs.main(base) == 2
+    assert _exit_code([*base, "--alpaca_eval", str(ok)]) == 2  # no chat template: not a chat model
+    assert _exit_code(base) == 2
     assert not (tmp_path / "o").exists()
+
+
+def _exit_code(argv) -> int:
+    with pytest.raises(SystemExit) as exit_info:
+        judge_inputs.main(argv)
+    return exit_info.value.code

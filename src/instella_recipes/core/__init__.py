@@ -6,7 +6,7 @@ from .io import atomic_file, atomic_output_dir, atomic_write_text, partial_path
 from .logs import get_logger, is_main_process, setup_logging
 from .manifest import MANIFEST, file_digest, read_manifest, require_complete, write_manifest
 from .model_folder import check_model_folder, looks_like_hub_id
-from .recipe import check_recipe_keys, load_recipe_yaml, parse_recipe
+from .recipe import check_recipe_keys, config_path, load_recipe_yaml, parse_recipe
 
 __all__ = [
     "atomic_file",
@@ -22,6 +22,7 @@ __all__ = [
     "MANIFEST",
     "RecipeError",
     "check_recipe_keys",
+    "config_path",
     "exit_on_recipe_error",
     "file_digest",
     "load_recipe_yaml",

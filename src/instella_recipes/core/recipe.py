@@ -15,7 +15,8 @@ import yaml
 from .errors import RecipeError, did_you_mean
 
 
-def _config_path(args: list[str]) -> Path | None:
+def config_path(args: list[str]) -> Path | None:
+    """The path after `--config`, or None."""
     if "--config" not in args:
         return None
     index = args.index("--config")
@@ -106,8 +107,16 @@ def make_parser(dataclass_types: Iterable[type], config_help: str | None = None)
     return parser
 
 
-def parse_recipe(dataclass_types: Iterable[type], args: list[str] | None = None, config_help: str | None = None):
+def parse_recipe(
+    dataclass_types: Iterable[type],
+    args: list[str] | None = None,
+    config_help: str | None = None,
+    config_is_input: bool = False,
+):
     """Parse `--config <yaml>` plus command-line overrides into one instance of each dataclass type.
+
+    `config_is_input=True` is for tools whose `--config` is their input document rather than their arguments (the
+    pipeline's stage graph): the file is then left to the caller (`config_path(args)`), not applied as defaults.
 
     Checked before anything is parsed: the YAML's keys (unknown key: `file:line` and the nearest known key) and the
     command line's flags (unknown flag: the nearest known flag). A value a dataclass refuses in `__post_init__`
@@ -117,7 +126,11 @@ def parse_recipe(dataclass_types: Iterable[type], args: list[str] | None = None,
     args = list(sys.argv[1:] if args is None else args)
     parser = make_parser(dataclass_types, config_help)
     check_flags(parser, args)
-    path = _config_path(args)
+    path = config_path(args)
+    if config_is_input and path is not None:
+        index = args.index("--config")
+        args = args[:index] + args[index + 2 :]
+        path = None
     if path is not None:
         data, lines = load_recipe_yaml(path)
         check_recipe_keys(path, data, lines, (f.name for dc in dataclass_types for f in fields(dc)))
