@@ -54,8 +54,8 @@ def test_cli_streams_sharded_checkpoint_both_ways(model, tmp_path):
         return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
     hub = tmp_path / "hub"
-    out = run("to-hub", "--input", tmp_path / "olmo", "--config", tmp_path / "cfg/config.json", "--output", hub,
-              "--max_shard_size", 0.00005)  # fmt: skip
+    out = run("to-hub", "--input", tmp_path / "olmo", "--model_config", tmp_path / "cfg/config.json", "--output", hub,
+              "--max_shard_size", "50KB")  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert (hub / "model.safetensors.index.json").is_file() and not (tmp_path / "hub.partial").exists()
     loaded = InstellaForCausalLM.from_pretrained(hub).eval()

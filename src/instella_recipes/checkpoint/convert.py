@@ -9,8 +9,13 @@ fused group in memory.
 
 import re
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
 import torch
+
+from instella_recipes.checkpoint.safetensors_io import TensorSource, plan_shards, write_shards
+from instella_recipes.core import RecipeError, atomic_output_dir
+from modeling_instella import InstellaConfig
 
 # One-to-one renames: training key pattern -> Hub key pattern ({i} is the layer index).
 _RENAMES = {
@@ -102,3 +107,34 @@ def convert_state_dict(state_dict: dict[str, torch.Tensor], config, to: str) -> 
     """Convert an in-memory state dict; `to` is "hub" or "training"."""
     convert = {"hub": training_to_hub, "training": hub_to_training}[to]
     return dict(convert(list(state_dict), state_dict.__getitem__, config))
+
+
+DIRECTIONS = ("to-hub", "to-training")
+
+
+def load_config(path: Path | None, source: Path) -> InstellaConfig:
+    candidates = [path] if path else [source / "config.json" if source.is_dir() else source.parent / "config.json"]
+    for candidate in candidates:
+        if candidate and candidate.is_file():
+            return InstellaConfig.from_pretrained(candidate)
+    raise RecipeError(
+        f"no config found at {candidates[0]}: pass --model_config path/to/config.json (the model's shape)"
+    )
+
+
+def convert_checkpoint(direction: str, source_path, output, config_path=None, max_shard_size="5GB") -> int:
+    """Convert `source_path` into the folder `output` (written aside, then renamed), tensor by tensor; the shard plan
+    comes from a first pass over meta tensors, so a bad checkpoint fails before anything is written. Returns the
+    number of tensors written."""
+    source_path, output = Path(source_path), Path(output)
+    config = load_config(Path(config_path) if config_path else None, source_path)
+    source = TensorSource(source_path)
+    stream = training_to_hub if direction == "to-hub" else hub_to_training
+    try:
+        plan = plan_shards(dict(stream(source.keys(), source.meta, config)), max_shard_size)
+    except ValueError as err:
+        raise RecipeError(f"{source_path}: {err}") from None
+    with atomic_output_dir(output, overwrite=True) as partial:
+        count = write_shards(stream(source.keys(), source, config), partial, plan)
+        config.save_pretrained(partial)  # the published auto_map and modeling_instella.py (remote code)
+    return count
