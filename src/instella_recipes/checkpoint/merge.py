@@ -1,0 +1,88 @@
+"""The weighted element-wise mean of N checkpoints (Instella: the three stage-2 seeds), tensor by tensor.
+
+Tensors are read lazily, one key at a time, accumulated in fp32 and written per output shard (huggingface_hub plans
+the shards), so memory stays near one shard plus one tensor per input. Configs (ignoring bookkeeping fields) and key
+sets must match. The output gets the first input's config, remote-code files, generation config and tokenizer, then
+`manifest.json` last, and appears only when complete.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from instella_recipes.checkpoint.safetensors_io import TensorSource, plan_shards, weight_files, write_shards
+from instella_recipes.core import RecipeError, atomic_output_dir, check_model_folder, get_logger, write_manifest
+
+logger = get_logger(__name__)
+_IGNORED_CONFIG = {"_name_or_path", "transformers_version", "torch_dtype", "dtype", "architectures_version"}
+# Files of an input folder that describe that input, not the merged model.
+_NOT_COPIED = {"manifest.json", "run.json", "trainer_state.json", "training_args.bin", "model.safetensors.index.json"}
+
+
+def _config(folder: Path) -> dict:
+    path = check_model_folder(folder, "merge input") / "config.json"
+    return {k: v for k, v in json.loads(path.read_text()).items() if k not in _IGNORED_CONFIG}
+
+
+def check_inputs(folders: list[Path]) -> list[dict[str, Path]]:
+    """Every input is a model with the same config (bookkeeping fields aside) and the same tensor names."""
+    if len(folders) < 2:
+        raise RecipeError("merge needs at least two --inputs")
+    base = _config(folders[0])
+    maps = [weight_files(f) for f in folders]
+    for folder, mapping in zip(folders[1:], maps[1:]):
+        cfg = _config(folder)
+        diff = sorted(k for k in set(base) | set(cfg) if base.get(k) != cfg.get(k))
+        if diff:
+            raise RecipeError(f"{folder} has a different config than {folders[0]} (fields: {', '.join(diff)})")
+        if set(mapping) != set(maps[0]):
+            only_a, only_b = sorted(set(maps[0]) - set(mapping)), sorted(set(mapping) - set(maps[0]))
+            raise RecipeError(
+                f"{folder} and {folders[0]} hold different tensors (only in first: {only_a[:5]}, "
+                f"only in {folder.name}: {only_b[:5]})"
+            )
+    return maps
+
+
+def _coefficients(weights: list[float] | None, n: int) -> list[float]:
+    weights = [1.0] * n if weights is None else weights
+    if len(weights) != n or any(w < 0 for w in weights) or sum(weights) <= 0:
+        raise RecipeError(f"--weights needs {n} non-negative numbers with a positive sum, got {weights}")
+    return [w / float(sum(weights)) for w in weights]
+
+
+def _mean(sources: list[TensorSource], coeffs: list[float], keys: list[str], dtype: str | None, folders):
+    """(key, weighted mean) for each key, in order; shapes must agree."""
+    for key in tqdm(keys, desc="merging", unit="tensor"):
+        first = sources[0](key)
+        acc = first.to(torch.float32) * coeffs[0]
+        for source, coeff, folder in zip(sources[1:], coeffs[1:], folders[1:]):
+            other = source(key)
+            if other.shape != first.shape:
+                raise RecipeError(f"tensor {key}: shape {tuple(other.shape)} in {folder} vs {tuple(first.shape)}")
+            acc.add_(other.to(torch.float32), alpha=coeff)
+        yield key, acc.to(getattr(torch, dtype) if dtype else first.dtype)
+
+
+def merge(inputs: list[str], output_dir: str, weights=None, dtype: str | None = None, max_shard_size="5GB") -> Path:
+    """Write the weighted element-wise mean of `inputs` to `output_dir`; return it."""
+    folders = [Path(p) for p in inputs]
+    check_inputs(folders)
+    coeffs = _coefficients(weights, len(folders))
+    sources = [TensorSource(folder) for folder in folders]
+    keys = sorted(weight_files(folders[0]))
+    out_dtype = getattr(torch, dtype) if dtype else None
+    meta = {k: sources[0].meta(k).to(out_dtype) if out_dtype else sources[0].meta(k) for k in keys}
+    plan = plan_shards(meta, max_shard_size)
+    out = Path(output_dir)
+    with atomic_output_dir(out, overwrite=True) as partial:
+        write_shards(_mean(sources, coeffs, keys, dtype, folders), partial, plan)
+        for item in folders[0].iterdir():
+            if item.is_file() and item.name not in _NOT_COPIED and not item.name.endswith(".safetensors"):
+                shutil.copy2(item, partial / item.name)
+        write_manifest(partial, "merge", inputs=[str(f) for f in folders], weights=coeffs, dtype=dtype)
+    logger.info(f"merge: wrote the mean of {len(folders)} checkpoints to {out}")
+    return out
