@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from instella_recipes.scripts.pretrain import PretrainArguments
+from instella_recipes.training.pretrain import PretrainArguments
 from transformers import AutoModelForCausalLM, TrainingArguments
 
 from instella_recipes.core import parse_recipe

@@ -19,6 +19,18 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is when a record is emitted (a redirected or captured stderr included)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
 def setup_logging(level: int | None = None) -> None:
     """Route `instella_recipes` and transformers logs to stderr, one line each, INFO on rank 0."""
     if level is None:
@@ -28,7 +40,7 @@ def setup_logging(level: int | None = None) -> None:
     hf_logging.enable_explicit_format()
     ours = logging.getLogger("instella_recipes")
     if not ours.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("[%(levelname)s|%(name)s] %(message)s"))
         ours.addHandler(handler)
         ours.propagate = False

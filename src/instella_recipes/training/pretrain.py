@@ -1,0 +1,284 @@
+"""Pretraining on prepared packed windows with the transformers Trainer: everything `scripts/pretrain.py` runs.
+
+The model comes from `model_name_or_path` (continue from a checkpoint with a fresh optimizer and schedule: stage 2)
+or from `model_config` (from scratch). Every input check runs before the first step; see docs/pretraining.md.
+`pretrain(script, train, argv)` is the whole run: checks, trainer, train, then the final model and manifest.
+"""
+
+import hashlib
+import importlib
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from transformers import AutoConfig, TrainingArguments, default_data_collator
+
+from instella_recipes.core import (
+    RecipeError,
+    config_path,
+    file_digest,
+    get_logger,
+    read_manifest,
+    require_complete,
+    write_manifest,
+)
+from instella_recipes.data.packing import PackedWindows
+from instella_recipes.data.tokenizer import load_tokenizer
+from instella_recipes.training.callbacks import NonFiniteCallback, PreemptionCallback
+from instella_recipes.training.checkpoints import STAGING, resolve_resume
+from instella_recipes.training.checks import check_global_batch, check_tokenizer_fits
+from instella_recipes.training.model_factory import build_model
+
+logger = get_logger(__name__)
+STAGE = "pretrain"
+RUN_FILE = "run.json"
+# TrainingArguments that define a run (a different value in the same output_dir is a different run).
+_RUN_KEYS = (
+    "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "max_steps", "num_train_epochs",
+    "weight_decay", "adam_beta1", "adam_beta2",
+    "adam_epsilon", "max_grad_norm", "seed", "data_seed", "optim",
+)  # fmt: skip
+
+
+@dataclass
+class PretrainArguments:
+    """Recipe fields of `scripts/pretrain.py` beside transformers' `TrainingArguments`."""
+
+    data_dir: str = field(default=None, metadata={"help": "Output folder of scripts/prepare_data.py."})
+    model_name_or_path: str | None = field(default=None, metadata={"help": "Continue from this checkpoint."})
+    model_config: dict | str | None = field(
+        default=None, metadata={"help": "From scratch: {model_type: instella|llama|zaya|olmoe, <config fields>}."}
+    )
+    init: str | None = field(default=None, metadata={"help": "mitchell (Instella), amd_llama, default."})
+    tokenizer: str | None = field(default=None, metadata={"help": "Default: the tokenizer saved with the data."})
+    global_batch_size: int | None = field(default=None, metadata={"help": "Published global batch (sequences)."})
+    document_masking: bool = field(default=False, metadata={"help": "position_ids restart after each EOS."})
+    max_consecutive_nonfinite: int = field(default=5, metadata={"help": "Stop after this many bad steps in a row."})
+    attn_implementation: str | None = field(default="sdpa", metadata={"help": "sdpa, flash_attention_2, eager."})
+    model_dtype: str | None = field(default=None, metadata={"help": "Parameter dtype (default float32 masters)."})
+    plugins: list[str] = field(default_factory=list, metadata={"help": "'package.module:function' import paths."})
+    plugin_args: dict | str | None = field(default=None, metadata={"help": "Passed to every plugin."})
+    torch_num_threads: int | None = field(
+        default=None, metadata={"help": "CPU runs: intra-op threads (tiny models run faster on 1 thread)."}
+    )
+    fsdp_reduce_dtype: str | None = field(default="float32", metadata={"help": "FSDP bf16: gradient reduce dtype."})
+
+
+def _as_dict(value, name: str) -> dict | None:
+    if value is None or isinstance(value, dict):
+        return value
+    try:
+        out = json.loads(value)
+    except json.JSONDecodeError as err:
+        raise RecipeError(f"{name}: expected a mapping (YAML) or JSON object string, got {value!r}: {err}") from None
+    if not isinstance(out, dict):
+        raise RecipeError(f"{name}: expected a mapping, got {value!r}")
+    return out
+
+
+def run_identity(script: PretrainArguments, train: TrainingArguments, data_manifest: dict) -> dict:
+    """What makes this run this run; compared against an existing output folder."""
+    volatile = ("data_dir", "tokenizer", "torch_num_threads")
+    identity = {k: v for k, v in asdict(script).items() if k not in volatile}
+    identity.update({k: getattr(train, k) for k in _RUN_KEYS})
+    # the global batch, not its split: a run may resume on another world size (per-device x accum x world equal)
+    identity["global_batch"] = train.per_device_train_batch_size * train.gradient_accumulation_steps * train.world_size
+    identity["lr_scheduler_type"] = str(getattr(train.lr_scheduler_type, "value", train.lr_scheduler_type))
+    identity["data_fingerprint"] = data_manifest.get("fingerprint")
+    identity["fingerprint"] = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
+    return identity
+
+
+def check_output_dir(output_dir: Path, identity: dict) -> dict | None:
+    """None to go on; the finished manifest when this very run is already complete. Another run's folder raises."""
+    manifest = read_manifest(output_dir)
+    if manifest is not None:
+        if manifest.get("stage") == STAGE and manifest.get("run", {}).get("fingerprint") == identity["fingerprint"]:
+            return manifest
+        raise RecipeError(
+            f"output_dir {output_dir} holds a finished run with a different recipe, data or seed "
+            f"(manifest.json); choose another output_dir"
+        )
+    run_file = output_dir / RUN_FILE
+    if run_file.is_file():
+        previous = json.loads(run_file.read_text())
+        if previous.get("fingerprint") != identity["fingerprint"]:
+            changed = sorted(k for k in identity if k != "fingerprint" and previous.get(k) != identity[k])
+            raise RecipeError(
+                f"output_dir {output_dir} holds checkpoints of a different run (changed: {', '.join(changed)}); "
+                f"resume with the same recipe or choose another output_dir"
+            )
+    elif output_dir.is_dir() and any(p.name != ".staging" for p in output_dir.iterdir()):
+        raise RecipeError(f"output_dir {output_dir} is not empty and holds no pretrain run; choose another one")
+    return None
+
+
+def load_plugins(paths: list[str], model, plugin_args: dict) -> list:
+    """Call each `package.module:function(model, plugin_args)`; collect the TrainerCallbacks they return."""
+    callbacks = []
+    for spec in paths:
+        module_name, _, fn_name = spec.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module_name), fn_name)
+        except (ImportError, AttributeError) as err:
+            raise RecipeError(f"plugin '{spec}': cannot import it ({err}); use 'package.module:function'") from None
+        callbacks.extend(fn(model, plugin_args) or [])
+    return callbacks
+
+
+def _data_and_tokenizer(script: PretrainArguments):
+    if not script.data_dir:
+        raise RecipeError("set data_dir to the output folder of scripts/prepare_data.py")
+    data_manifest = require_complete(script.data_dir, "data_dir")
+    if data_manifest.get("stage") != "prepare_data":
+        raise RecipeError(f"data_dir {script.data_dir} is a '{data_manifest.get('stage')}' output, not prepare_data")
+    dataset = PackedWindows(script.data_dir, data_manifest, document_masking=script.document_masking)
+    if len(dataset) == 0:
+        raise RecipeError(f"data_dir {script.data_dir} holds no windows")
+    tok_path = script.tokenizer or os.path.join(script.data_dir, "tokenizer")
+    try:
+        tokenizer = load_tokenizer(tok_path)
+    except (OSError, ValueError) as err:
+        raise RecipeError(f"tokenizer {tok_path}: {err}") from None
+    if script.tokenizer and data_manifest.get("tokenizer_sha256"):
+        json_path = Path(tok_path) if Path(tok_path).is_file() else Path(tok_path) / "tokenizer.json"
+        if json_path.is_file() and file_digest(json_path) != data_manifest["tokenizer_sha256"]:
+            raise RecipeError(f"tokenizer {tok_path} is not the one data_dir {script.data_dir} was tokenised with")
+    return dataset, data_manifest, tokenizer
+
+
+def _model_config(script: PretrainArguments):
+    if script.model_name_or_path:
+        try:
+            return AutoConfig.from_pretrained(script.model_name_or_path, trust_remote_code=True)
+        except (OSError, ValueError) as err:
+            raise RecipeError(f"model_name_or_path {script.model_name_or_path}: {err}") from None
+    return None
+
+
+def _check_fits(config, dataset: PackedWindows, tokenizer) -> None:
+    max_pos = getattr(config, "max_position_embeddings", None)
+    if max_pos is not None and dataset.seq_len > max_pos:
+        raise RecipeError(
+            f"windows of {dataset.seq_len} tokens are longer than the model's max_position_embeddings ({max_pos}): "
+            f"prepare the data with seq_len <= {max_pos}"
+        )
+    check_tokenizer_fits(config, tokenizer)
+
+
+def _prepare_output_dir(output_dir: Path, identity: dict, train: TrainingArguments) -> None:
+    """Rank 0 drops a half-written `.staging` checkpoint of a killed run (never resumed from) and pins the run."""
+    if train.process_index == 0:
+        shutil.rmtree(output_dir / STAGING, ignore_errors=True)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / RUN_FILE).write_text(json.dumps(identity, indent=2, default=str) + "\n")
+
+
+def _build_model_and_callbacks(script: PretrainArguments, train: TrainingArguments, dataset, tokenizer):
+    config = _model_config(script)
+    if config is not None:
+        _check_fits(config, dataset, tokenizer)
+    model = build_model(
+        script.model_name_or_path, script.model_config, script.init, script.attn_implementation, script.model_dtype,
+        train.seed,
+    )  # fmt: skip
+    _check_fits(model.config, dataset, tokenizer)
+    return model, load_plugins(script.plugins, model, script.plugin_args)
+
+
+def _report_divergence(script: PretrainArguments, trainer, nonfinite, output_dir: Path) -> None:
+    logger.error(
+        f"{script.max_consecutive_nonfinite} non-finite steps in a row from step {nonfinite.diverged_at} "
+        f"({trainer.skipped_steps} skipped in all); stopped at step {trainer.state.global_step}. The checkpoint "
+        f"{output_dir}/checkpoint-{trainer.state.global_step} holds the weights from before the divergence "
+        f"(no update was applied since): lower the learning rate or inspect the data and resume from it."
+    )
+    raise SystemExit(3)
+
+
+def _save_final(trainer, script, train, dataset, data_manifest, identity, output_dir: Path, argv) -> None:
+    """The final model as one HF safetensors folder, the trainer state, then the manifest (last)."""
+    fsdp_plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
+    if fsdp_plugin is not None:
+        # checkpoints stay sharded (DCP, fast, reshapeable); the final model is one HF safetensors folder
+        fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
+    trainer.save_model(str(output_dir))
+    trainer.save_state()
+    if not trainer.is_world_process_zero():
+        return
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    global_batch = train.per_device_train_batch_size * train.gradient_accumulation_steps * train.world_size
+    write_manifest(
+        output_dir,
+        STAGE,
+        run=identity,
+        recipe=str(config_path(argv)) if config_path(argv) else None,
+        argv=argv,
+        data_dir=str(script.data_dir),
+        data_fingerprint=data_manifest.get("fingerprint"),
+        seed=train.seed,
+        global_step=trainer.state.global_step,
+        skipped_steps=trainer.skipped_steps,
+        final_loss=losses[-1] if losses else None,
+        tokens_seen=trainer.state.global_step * global_batch * dataset.seq_len,
+    )
+
+
+def pretrain(script: PretrainArguments, train: TrainingArguments, argv: list[str]) -> int:
+    """One pretraining run; returns the exit code (0, or 3 after a divergence, via SystemExit)."""
+    from instella_recipes.training.pretrain_trainer import PretrainTrainer
+
+    script.model_config = _as_dict(script.model_config, "model_config")
+    script.plugin_args = _as_dict(script.plugin_args, "plugin_args") or {}
+    train.output_dir = train.output_dir.format(seed=train.seed)
+    output_dir = Path(train.output_dir)
+    if script.torch_num_threads:
+        import torch
+
+        torch.set_num_threads(script.torch_num_threads)
+    dataset, data_manifest, tokenizer = _data_and_tokenizer(script)
+    identity = run_identity(script, train, data_manifest)
+    if check_output_dir(output_dir, identity) is not None:
+        logger.info(f"pretrain: {output_dir} already holds this finished run; nothing to do")
+        return 0
+    if script.global_batch_size is not None:
+        check_global_batch(
+            script.global_batch_size, train.per_device_train_batch_size, train.gradient_accumulation_steps,
+            train.world_size,
+        )  # fmt: skip
+    model, callbacks = _build_model_and_callbacks(script, train, dataset, tokenizer)
+    # Training needs no KV cache, and transformers derives the per-document mask from position_ids
+    # (document_masking) only when no cache is passed; the saved config gets use_cache back.
+    use_cache = getattr(model.config, "use_cache", None)
+    model.config.use_cache = False
+    resume = resolve_resume(train.resume_from_checkpoint, output_dir)
+    if resume is not None and not Path(resume).is_dir():
+        raise RecipeError(f"resume_from_checkpoint {resume} does not exist")
+    _prepare_output_dir(output_dir, identity, train)
+
+    preemption = PreemptionCallback()
+    trainer = PretrainTrainer(
+        model=model,
+        args=train,
+        train_dataset=dataset,
+        data_collator=default_data_collator,
+        processing_class=tokenizer,
+        callbacks=[preemption, *callbacks],
+        fsdp_reduce_dtype=script.fsdp_reduce_dtype,
+    )
+    nonfinite = NonFiniteCallback(trainer, script.max_consecutive_nonfinite)
+    trainer.add_callback(nonfinite)
+    if resume:
+        logger.info(f"pretrain: resuming from {resume}")
+    trainer.train(resume_from_checkpoint=resume)
+    if nonfinite.diverged_at is not None:
+        _report_divergence(script, trainer, nonfinite, output_dir)
+    if preemption.preempted:
+        logger.info(f"pretrain: pre-empted; saved checkpoint-{trainer.state.global_step}. Rerun to resume.")
+        return 0
+    if use_cache is not None:
+        model.config.use_cache = use_cache
+    _save_final(trainer, script, train, dataset, data_manifest, identity, output_dir, argv)
+    return 0
