@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe
+from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.systems.collectives import (
     COLLECTIVES,
     human,
@@ -65,6 +65,7 @@ def _init(backend: str) -> torch.device:
 @exit_on_recipe_error
 def main(argv=None):
     (args,) = parse_recipe([BenchArguments], argv)
+    setup_logging()
     world = int(os.environ.get("WORLD_SIZE", 1))
     sizes = (
         [parse_size(s) for s in args.sizes]

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from instella_recipes.core import exit_on_recipe_error, parse_recipe
+from instella_recipes.core import exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.post_training.converters import chat_to_text
 from instella_recipes.post_training.mixture import build_mixture
 
@@ -29,6 +29,7 @@ class ChatToTextArgs:
 @exit_on_recipe_error
 def main(argv: list[str] | None = None) -> Path:
     (args,) = parse_recipe([ChatToTextArgs], argv)
+    setup_logging()
     specs = [{"path": s, "split": args.split, "converter": args.converter} for s in args.sources]
     chats, _ = build_mixture(specs, seed=0)
     out = Path(args.output)

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field
 
 from instella_recipes.checkpoint.convert import DIRECTIONS, convert_checkpoint
-from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe
+from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe, setup_logging
 
 
 @dataclass
@@ -33,10 +33,11 @@ class ConvertArguments:
 @exit_on_recipe_error
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in DIRECTIONS:
+    direction = argv.pop(0) if argv and argv[0] in DIRECTIONS else None
+    (args,) = parse_recipe([ConvertArguments], argv)  # --help is answered here, before the direction is needed
+    setup_logging()
+    if direction is None:
         raise RecipeError(f"the first argument is the direction: {' or '.join(DIRECTIONS)}")
-    direction, argv = argv[0], argv[1:]
-    (args,) = parse_recipe([ConvertArguments], argv)
     count = convert_checkpoint(direction, args.input, args.output, args.model_config, args.max_shard_size)
     sys.stderr.write(f"wrote {count} tensors to {args.output}\n")
     return 0

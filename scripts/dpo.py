@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from trl import DPOConfig, DPOTrainer, ModelConfig
 
-from instella_recipes.core import exit_on_recipe_error, parse_recipe
+from instella_recipes.core import exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.post_training.checks import prepare_dpo_dataset
 from instella_recipes.post_training.run import PostTrainArgs, build_trainer_for, train_and_save
 from instella_recipes.training.optim import InstellaOptimMixin
@@ -43,6 +43,7 @@ def build_trainer(args, training_args, model_args):
 @exit_on_recipe_error
 def main(argv: list[str] | None = None):
     args, training_args, model_args = parse_recipe([DPORecipeArgs, DPOConfig, ModelConfig], argv)
+    setup_logging()
     trainer, data = build_trainer(args, training_args, model_args)
     return train_and_save(trainer, data, args, training_args, model_args, argv, "dpo")
 

@@ -16,7 +16,7 @@ columns it has, marked with the count.
 import sys
 from dataclasses import dataclass, field
 
-from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe
+from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.evaluation.report import write_report
 
 
@@ -47,6 +47,7 @@ def _parse_judge(items: list[str]) -> dict[str, float]:
 @exit_on_recipe_error
 def main(argv=None) -> int:
     (args,) = parse_recipe([ReportArguments], argv)
+    setup_logging()
     table, png = write_report(args.suite, args.results, args.output_dir, args.names, _parse_judge(args.judge))
     sys.stdout.write(table.read_text())  # the table is this command's output
     sys.stderr.write(f"wrote {table} and {png}\n")

@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from instella_recipes.core import RecipeError, atomic_write_text, exit_on_recipe_error, parse_recipe
+from instella_recipes.core import RecipeError, atomic_write_text, exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.evaluation.judge_inputs import (
     JUDGE_COMMANDS,
     alpaca_eval_outputs,
@@ -56,6 +56,7 @@ def _write(path: Path, text: str) -> None:
 @exit_on_recipe_error
 def main(argv=None) -> int:
     (args,) = parse_recipe([JudgeInputsArguments], argv)
+    setup_logging()
     if not (args.alpaca_eval or args.mt_bench):
         raise RecipeError("give --alpaca_eval and/or --mt_bench question files")
     try:

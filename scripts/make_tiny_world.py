@@ -10,7 +10,14 @@ and file digests. The generator is `instella_recipes/data/tiny_world.py`; the sa
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from instella_recipes.core import RecipeError, exit_on_recipe_error, file_digest, parse_recipe, write_manifest
+from instella_recipes.core import (
+    RecipeError,
+    exit_on_recipe_error,
+    file_digest,
+    parse_recipe,
+    setup_logging,
+    write_manifest,
+)
 from instella_recipes.data.tiny_world import TinyWorld, write_jsonl, write_tiny_world
 
 
@@ -38,6 +45,7 @@ def speculative_prompts(world: TinyWorld, count: int = 8) -> list[dict]:
 @exit_on_recipe_error
 def main(argv=None) -> Path:
     (args,) = parse_recipe([TinyWorldArguments], argv)
+    setup_logging()
     if args.n_entities < 4 or args.max_operand < 2:
         raise RecipeError("n_entities must be at least 4 (multiple choice has 4 options) and max_operand at least 2")
     output = Path(args.output_dir)

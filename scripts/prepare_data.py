@@ -5,13 +5,14 @@
 Runs on CPU nodes before training; the output folder is what `scripts/pretrain.py --data_dir` reads.
 """
 
-from instella_recipes.core import exit_on_recipe_error, parse_recipe
+from instella_recipes.core import exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.data.prepare import PrepareArguments, prepare
 
 
 @exit_on_recipe_error
 def main(argv: list[str] | None = None) -> None:
     (args,) = parse_recipe([PrepareArguments], argv)
+    setup_logging()
     prepare(args)
 
 

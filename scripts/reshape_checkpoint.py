@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch.distributed as dist
 
 from instella_recipes.checkpoint.reshape import export_hf, load_config, read_metadata, reshard, writer_count
-from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe
+from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe, setup_logging
 
 
 @dataclass
@@ -38,6 +38,7 @@ class ReshapeArguments:
 @exit_on_recipe_error
 def main(argv=None):
     (args,) = parse_recipe([ReshapeArguments], argv)
+    setup_logging()
     if not args.input or not args.output:
         raise RecipeError("give --input <DCP checkpoint dir> and --output <dir>")
     if args.to not in ("dcp", "hf"):

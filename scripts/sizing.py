@@ -13,7 +13,7 @@ recipe YAML (its model_config / model_name_or_path). The formulas: instella_reci
 import json
 from dataclasses import dataclass, field
 
-from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe
+from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.systems.sizing import Cluster, render, resolve_config, size
 
 
@@ -36,6 +36,7 @@ class SizingArguments:
 @exit_on_recipe_error
 def main(argv=None):
     (args,) = parse_recipe([SizingArguments], argv)
+    setup_logging()
     for name in ("nodes", "gpus_per_node", "micro_batch", "seq_len"):
         if getattr(args, name) < 1:
             raise RecipeError(f"--{name} must be >= 1, got {getattr(args, name)}")

@@ -5,13 +5,14 @@
 Killed half way, the same command resumes. See docs/synthetic_gsm8k.md.
 """
 
-from instella_recipes.core import exit_on_recipe_error, parse_recipe
+from instella_recipes.core import exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.synthetic_gsm8k.run import SyntheticArgs, format_summary, run
 
 
 @exit_on_recipe_error
 def main(argv: list[str] | None = None) -> dict:
     (args,) = parse_recipe([SyntheticArgs], argv)
+    setup_logging()
     summary = run(args)
     print(format_summary(summary))
     return summary

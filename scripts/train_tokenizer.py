@@ -12,7 +12,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from instella_recipes.core import RecipeError, exit_on_recipe_error, file_digest, parse_recipe, write_manifest
+from instella_recipes.core import (
+    RecipeError,
+    exit_on_recipe_error,
+    file_digest,
+    parse_recipe,
+    setup_logging,
+    write_manifest,
+)
 from instella_recipes.data.tokenizer import EOS_TOKEN, PAD_TOKEN, load_tokenizer, train_bpe_tokenizer
 
 
@@ -52,6 +59,7 @@ def read_texts(paths: list[str], column: str) -> list[str]:
 @exit_on_recipe_error
 def main(argv=None) -> Path:
     (args,) = parse_recipe([TokenizerArguments], argv)
+    setup_logging()
     if args.pretrained:
         tokenizer = load_tokenizer(args.pretrained)
         source = {"kind": "pretrained", "source": args.pretrained}

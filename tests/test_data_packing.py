@@ -55,12 +55,13 @@ def test_windows_hold_every_document_with_one_eos_and_no_bos(tmp_path, tokenizer
     assert flat.count(0) == len(pieces)
 
 
-def test_second_run_reuses_and_a_changed_input_is_detected(tmp_path, tokenizer_dir, capsys):
+def test_second_run_reuses_and_a_changed_input_is_detected(tmp_path, tokenizer_dir, caplog):
     src = _write_jsonl(tmp_path / "a.jsonl", ["one two three four five six seven"] * 20)
     out, manifest, _ = _prepare(tmp_path, tokenizer_dir, [str(src)])
     mtime = (out / "tokens.bin").stat().st_mtime_ns
-    _prepare(tmp_path, tokenizer_dir, [str(src)])
-    assert "reusing" in capsys.readouterr().out and (out / "tokens.bin").stat().st_mtime_ns == mtime
+    with caplog.at_level("INFO", logger="instella_recipes"):
+        _prepare(tmp_path, tokenizer_dir, [str(src)])
+    assert "reusing" in caplog.text and (out / "tokens.bin").stat().st_mtime_ns == mtime
     _write_jsonl(src, ["something else entirely here"] * 20)
     from instella_recipes.core import RecipeError
 

@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from instella_recipes.training.pretrain import PretrainArguments
 from transformers import AutoModelForCausalLM, TrainingArguments
 
 from instella_recipes.core import parse_recipe
 from instella_recipes.data.prepare import PrepareArguments
 from instella_recipes.training.model_factory import build_model
+from instella_recipes.training.pretrain import PretrainArguments
 
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAIN = sorted(

@@ -43,5 +43,4 @@ def setup_logging(level: int | None = None) -> None:
         handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("[%(levelname)s|%(name)s] %(message)s"))
         ours.addHandler(handler)
-        ours.propagate = False
     ours.setLevel(level)

@@ -17,7 +17,7 @@ import datasets
 import numpy as np
 from tqdm.auto import tqdm
 
-from instella_recipes.core import RecipeError, file_digest, read_manifest, write_manifest
+from instella_recipes.core import RecipeError, file_digest, get_logger, read_manifest, write_manifest
 from instella_recipes.data.packing import (
     TOKENS,
     WindowWriter,
@@ -31,6 +31,8 @@ from instella_recipes.data.sources import SourceSpec, find_bad_json_line, finger
 from instella_recipes.data.tokenizer import load_tokenizer, train_bpe_tokenizer
 
 STAGE = "prepare_data"
+
+logger = get_logger(__name__)
 
 
 @dataclass
@@ -118,7 +120,7 @@ def prepare(args: PrepareArguments) -> Path:
     digest, inputs = input_fingerprint(args, specs)
     existing = read_manifest(out) if out.exists() else None
     if existing is not None and existing.get("stage") == STAGE and existing.get("fingerprint") == digest:
-        print(f"prepare_data: {out} is up to date ({existing['num_windows']} windows); reusing it")
+        logger.info(f"prepare_data: {out} is up to date ({existing['num_windows']} windows); reusing it")
         return out
     if out.exists() and any(out.iterdir()) and not args.overwrite:
         what = (
@@ -176,7 +178,7 @@ def prepare(args: PrepareArguments) -> Path:
     if out.exists():
         shutil.rmtree(out)
     os.replace(partial, out)
-    print(f"prepare_data: wrote {writer.windows} windows of {args.seq_len} tokens to {out}")
+    logger.info(f"prepare_data: wrote {writer.windows} windows of {args.seq_len} tokens to {out}")
     return out
 
 

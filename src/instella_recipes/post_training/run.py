@@ -8,11 +8,12 @@ from pathlib import Path
 
 import torch
 import yaml
+from accelerate import PartialState
 from transformers import AutoModelForCausalLM
 from trl import get_peft_config
 
 import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
-from instella_recipes.core import RecipeError, file_digest, read_manifest, write_manifest
+from instella_recipes.core import RecipeError, file_digest, get_logger, read_manifest, write_manifest
 from instella_recipes.data.tokenizer import load_tokenizer
 from instella_recipes.training.checkpoints import find_resume_checkpoint
 from instella_recipes.training.checks import check_global_batch, check_tokenizer_fits
@@ -22,6 +23,8 @@ from .mixture import build_mixture
 from .template import install_chat_template
 
 INSTELLA_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+logger = get_logger(__name__)
 
 
 @dataclass
@@ -158,9 +161,11 @@ def note_input(model_args) -> None:
     manifest = read_manifest_safe(model_args)
     if manifest:
         stage, finished = manifest.get("stage"), manifest.get("finished_at")
-        print(f"input {model_args.model_name_or_path}: stage '{stage}' finished {finished}")
+        logger.info(f"input {model_args.model_name_or_path}: stage '{stage}' finished {finished}")
     elif Path(model_args.model_name_or_path or "").is_dir():
-        print(f"input {model_args.model_name_or_path}: no manifest.json (not made by this project's pipeline)")
+        logger.warning(
+            f"input {model_args.model_name_or_path}: no manifest.json (not made by this project's pipeline)"
+        )
 
 
 def merge_adapter(base_path: str, adapter_dir: Path, output_dir: Path) -> None:
@@ -183,14 +188,17 @@ def build_trainer_for(trainer_cls, prepare, args: PostTrainArgs, training_args, 
     """What SFT and DPO share up to a ready trainer: tokenizer with the chat template, the checked data mixture
     (`prepare` tokenizes it and reports skips), the model, the launch checks. Returns (trainer, data report)."""
     tokenizer = load_tokenizer_with_template(args, model_args)
-    mixture, sources = build_mixture(
-        args.sources, seed=training_args.seed, num_proc=training_args.dataset_num_proc, **mixture_kwargs
-    )
-    mixture = cap_rows(mixture, args)
-    train, report = prepare(
-        mixture, tokenizer, training_args.max_length, args.overlong, training_args.dataset_num_proc
-    )
-    print(report.summary(), flush=True)
+    # Rank 0 builds and tokenizes the mixture first; the other ranks then load it from the datasets cache
+    # (accelerate's `main_process_first`, as TRL's own dataset preparation does).
+    with PartialState().main_process_first():
+        mixture, sources = build_mixture(
+            args.sources, seed=training_args.seed, num_proc=training_args.dataset_num_proc, **mixture_kwargs
+        )
+        mixture = cap_rows(mixture, args)
+        train, report = prepare(
+            mixture, tokenizer, training_args.max_length, args.overlong, training_args.dataset_num_proc
+        )
+    logger.info(report.summary())
     report.check(args.max_skip_fraction)
     model = load_model(model_args)
     check_launch(args, training_args, model, tokenizer)
@@ -208,6 +216,6 @@ def train_and_save(trainer, data: dict, args: PostTrainArgs, training_args, mode
     """Train (resuming from the newest checkpoint in output_dir, if any), then write the output folder."""
     trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
     out = save_outputs(trainer, model_args, args, recipe_path(argv), stage, data)
-    print(data["summary"], flush=True)
-    print(f"{stage.upper()} model written to {out}")
+    logger.info(data["summary"])
+    logger.info(f"{stage.upper()} model written to {out}")
     return out

@@ -1,0 +1,46 @@
+"""The re-cut layout: what `pip install -e .` adds to a user's environment, what `recipes/` holds, and that every
+entry point parses through the one recipe parser (`--help` lists `--config`; unknown flags are named)."""
+
+import subprocess
+import sys
+from importlib.metadata import distribution
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted(p.stem for p in (ROOT / "scripts").glob("*.py") if p.stem != "__init__")
+
+
+def test_only_two_top_level_import_names_are_installed():
+    top_level = set(distribution("instella-recipes").read_text("top_level.txt").split())
+    assert top_level == {"instella_recipes", "modeling_instella"}
+    names = "'recipes', 'eval', 'benchmarks', 'scripts', 'tests'"
+    probe = f"import importlib.util as u; print([n for n in ({names}) if u.find_spec(n)])"
+    out = subprocess.run([sys.executable, "-c", probe], cwd="/", capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_recipes_hold_only_yaml_jinja_and_prompts():
+    allowed = {".yaml", ".jinja", ".txt", ".jsonl"}
+    files = [p for p in (ROOT / "recipes").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    assert files and all(p.suffix in allowed for p in files), [p for p in files if p.suffix not in allowed]
+    assert all(p.suffix in {".yaml", ".jinja"} or "prompts" in p.parts for p in files)
+
+
+def test_every_entry_point_is_a_console_script():
+    scripts = {ep.value for ep in distribution("instella-recipes").entry_points if ep.group == "console_scripts"}
+    assert {f"instella_recipes.scripts.{name}:main" for name in SCRIPTS} == scripts
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_entry_point_shows_config_in_help_and_names_unknown_flags(name):
+    module = __import__(f"instella_recipes.scripts.{name}", fromlist=["main"])
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / f"{name}.py"), "--help"], capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "--config" in out.stdout
+    argv = ["to-hub"] if name == "convert_checkpoint" else []
+    with pytest.raises(SystemExit) as exit_info:
+        module.main([*argv, "--no_such_flag_at_all", "1"])
+    assert exit_info.value.code == 2
