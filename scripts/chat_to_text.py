@@ -9,13 +9,14 @@ counted.
 """
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from instella_recipes.core import exit_on_recipe_error, parse_recipe, setup_logging
+from instella_recipes.core import atomic_file, exit_on_recipe_error, get_logger, parse_recipe, setup_logging
 from instella_recipes.post_training.converters import chat_to_text
 from instella_recipes.post_training.mixture import build_mixture
+
+logger = get_logger("instella_recipes.scripts.chat_to_text")
 
 
 @dataclass
@@ -34,8 +35,8 @@ def main(argv: list[str] | None = None) -> Path:
     chats, _ = build_mixture(specs, seed=0)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp, written, skipped = out.with_suffix(out.suffix + ".partial"), 0, 0
-    with tmp.open("w") as handle:
+    written, skipped = 0, 0
+    with atomic_file(out) as handle:
         for row in chats:
             text = chat_to_text(row["messages"])
             if not text.strip():
@@ -43,8 +44,7 @@ def main(argv: list[str] | None = None) -> Path:
                 continue
             handle.write(json.dumps({"text": text}) + "\n")
             written += 1
-    os.replace(tmp, out)
-    print(f"[chat_to_text] wrote {written} documents to {out}; skipped {skipped} empty conversations")
+    logger.info(f"chat_to_text: wrote {written} documents to {out}; skipped {skipped} empty conversations")
     return out
 
 

@@ -88,7 +88,7 @@ def test_mixture_errors_name_the_problem(tmp_path):
         build_mixture([{"path": str(bad), "converter": "nope"}])
     with pytest.raises(RecipeError, match="does not exist"):
         build_mixture([{"path": str(tmp_path / "missing.jsonl")}])
-    with pytest.raises(RecipeError, match="unknown source key"):
+    with pytest.raises(RecipeError, match="unknown key"):
         build_mixture([{"path": str(bad), "weight": 2}])
     with pytest.raises(RecipeError, match="missing field 'chosen'"):
         build_mixture([{"path": str(bad)}], default_converter="preference")

@@ -7,13 +7,13 @@ logs are in place), through a temporary file and a rename. The next stage checks
 
 import hashlib
 import json
-import os
 import platform
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from .recipe import RecipeError
+from .errors import RecipeError
+from .io import atomic_write_text
 
 MANIFEST = "manifest.json"
 _PACKAGES = ("torch", "transformers", "accelerate", "trl", "datasets", "peft", "lm_eval")
@@ -43,10 +43,7 @@ def write_manifest(output_dir: str | Path, stage: str, **fields) -> Path:
     the library versions and the time. Call it last."""
     output_dir = Path(output_dir)
     record = {"stage": stage, **fields, "versions": _versions(), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    tmp = output_dir / (MANIFEST + ".partial")
-    tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
-    os.replace(tmp, output_dir / MANIFEST)
-    return output_dir / MANIFEST
+    return atomic_write_text(output_dir / MANIFEST, json.dumps(record, indent=2, default=str) + "\n")
 
 
 def read_manifest(output_dir: str | Path) -> dict | None:

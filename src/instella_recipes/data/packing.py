@@ -10,7 +10,6 @@ trainer only ever needs fixed-size rows by index.
 """
 
 import itertools
-import math
 from pathlib import Path
 
 import numpy as np
@@ -70,16 +69,6 @@ def mixture_multipliers(natural: dict[str, int], weights: dict[str, float | None
         for name in weighted:
             out[name] = weights[name] / norm * budget / natural[name]
     return out
-
-
-def repeat_indices(num_docs: int, multiplier: float, rng: np.random.Generator) -> np.ndarray:
-    """Indices of documents for a multiplier: floor(m) full copies plus a seeded random subset for the fraction."""
-    whole = int(math.floor(multiplier))
-    extra = int(round((multiplier - whole) * num_docs))
-    parts = [np.tile(np.arange(num_docs, dtype=np.int64), whole)]
-    if extra:
-        parts.append(np.sort(rng.choice(num_docs, size=extra, replace=False)))
-    return np.concatenate(parts)
 
 
 class WindowWriter:

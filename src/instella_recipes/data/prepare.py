@@ -23,11 +23,18 @@ from instella_recipes.data.packing import (
     WindowWriter,
     make_tokenize_fn,
     mixture_multipliers,
-    repeat_indices,
     token_dtype,
     write_shuffled,
 )
-from instella_recipes.data.sources import SourceSpec, find_bad_json_line, fingerprint, load_source, local_files
+from instella_recipes.data.sources import (
+    POST_TRAINING_ONLY,
+    SourceSpec,
+    find_bad_json_line,
+    fingerprint,
+    load_source,
+    local_files,
+    repeat_indices,
+)
 from instella_recipes.data.tokenizer import load_tokenizer, train_bpe_tokenizer
 
 STAGE = "prepare_data"
@@ -112,7 +119,7 @@ def prepare(args: PrepareArguments) -> Path:
         raise RecipeError("no sources: list at least one under 'sources' in the recipe")
     if args.seq_len < 2:
         raise RecipeError(f"seq_len must be >= 2, got {args.seq_len}")
-    specs = [SourceSpec.from_recipe(i, raw) for i, raw in enumerate(args.sources)]
+    specs = [SourceSpec.from_recipe(i, raw, exclude=POST_TRAINING_ONLY) for i, raw in enumerate(args.sources)]
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise RecipeError(f"source names must be unique (set 'name'): {names}")

@@ -1,5 +1,9 @@
-"""Pretraining text sources as the recipe names them: local files/folders or Hub dataset ids, each with its text
-column, optional row filters and a mixture weight.
+"""Data sources as recipes name them, for pretraining and post-training alike: local files/folders, Hub dataset ids
+or the embedded TinyWorld data, each with optional row filters and an up/down-sampling rule.
+
+One schema (`SourceSpec`) and one loader (`load_rows`) serve both: pretraining adds a text column and token weights
+(`load_source`), post-training adds a converter to `messages` / `chosen`+`rejected` (post_training/mixture.py).
+One upsampling rule (`repeat_indices`): floor(m) whole copies plus a seeded random subset for the fraction.
 
 A recipe lists sources as mappings, for example::
 
@@ -18,11 +22,13 @@ source, file and line, raised before any tokenisation starts.
 
 import hashlib
 import json
+import math
 import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
+import numpy as np
 
 from instella_recipes.core import RecipeError
 
@@ -48,29 +54,41 @@ _OPS = {
 }
 
 
+# Keys that only one side reads: a pretraining source has a text column and a token weight; a post-training source
+# has a converter and a row cap.
+PRETRAINING_ONLY = {"text_column", "weight", "sample_by", "filters"}
+POST_TRAINING_ONLY = {"converter", "max_samples", "data_files"}
+
+
 @dataclass
 class SourceSpec:
-    """One entry of the recipe's `sources` list."""
+    """One entry of a recipe's `sources` list."""
 
     path: str | None = None
-    tiny_world: dict | None = None
-    name: str | None = None
-    text_column: str = "text"
+    tiny_world: dict | None = None  # TinyWorld(**tiny_world); `split` picks corpus (train), sft or preferences
+    name: str | None = None  # display name (default: the path)
     split: str = "train"
-    config_name: str | None = None
+    config_name: str | None = None  # the Hub dataset's configuration (`load_dataset(path, config_name)`)
     revision: str | None = None
+    data_files: str | list[str] | None = None
     filters: list[dict] = field(default_factory=list)
-    weight: float | None = None
     repeat: float | None = None
+    # pretraining
+    text_column: str = "text"
+    weight: float | None = None
     sample_by: str = "document"  # txt files: one document per file ("document"), "paragraph" or "line"
+    # post-training
+    converter: str | None = None
+    max_samples: int | None = None
 
     @classmethod
-    def from_recipe(cls, index: int, raw) -> "SourceSpec":
+    def from_recipe(cls, index: int, raw, exclude: set[str] = frozenset()) -> "SourceSpec":
+        """Validate one `sources` entry; `exclude` names the keys this kind of recipe does not read."""
         if isinstance(raw, str):
             raw = {"path": raw}
         if not isinstance(raw, dict):
             raise RecipeError(f"sources[{index}]: expected a mapping with 'path' (or 'tiny_world'), got {raw!r}")
-        known = set(cls.__dataclass_fields__)
+        known = set(cls.__dataclass_fields__) - set(exclude)
         unknown = sorted(set(raw) - known)
         if unknown:
             raise RecipeError(f"sources[{index}]: unknown key(s) {unknown}; known keys: {sorted(known)}")
@@ -79,7 +97,7 @@ class SourceSpec:
             raise RecipeError(f"sources[{index}]: give exactly one of 'path' or 'tiny_world'")
         if spec.weight is not None and spec.repeat is not None:
             raise RecipeError(f"sources[{index}]: give 'weight' (share of tokens) or 'repeat' (multiplier), not both")
-        for value, what in ((spec.weight, "weight"), (spec.repeat, "repeat")):
+        for value, what in ((spec.weight, "weight"), (spec.repeat, "repeat"), (spec.max_samples, "max_samples")):
             if value is not None and value <= 0:
                 raise RecipeError(f"sources[{index}]: {what} must be > 0, got {value}")
         for f in spec.filters:
@@ -146,38 +164,59 @@ def find_bad_json_line(files: list[Path]) -> str | None:
     return None
 
 
-def load_source(spec: SourceSpec, streaming: bool = False, num_proc: int | None = None):
-    """A `datasets.Dataset` (or `IterableDataset` when streaming) of the source's rows, filters applied, with the
-    text in column "text". Raises `RecipeError` for anything the user must fix."""
-    if spec.tiny_world is not None:
-        from instella_recipes.data.tiny_world import TinyWorld
+def _tiny_world_rows(spec: SourceSpec) -> list[dict]:
+    from instella_recipes.data.tiny_world import TinyWorld
 
-        rows = TinyWorld(**spec.tiny_world).corpus()
-        ds = datasets.Dataset.from_list(rows)
-        ds = ds.to_iterable_dataset() if streaming else ds
-    else:
-        files = local_files(spec)
-        if files is None:
-            try:
-                ds = datasets.load_dataset(
-                    spec.path, spec.config_name, split=spec.split, revision=spec.revision, streaming=streaming
-                )
-            except Exception as err:  # the Hub / builder error text is the useful part
-                raise RecipeError(f"source '{spec.name}': could not load dataset '{spec.path}': {err}") from None
-        else:
-            builders = {_kind(p) for p in files}
-            if len(builders) > 1:
-                raise RecipeError(f"source '{spec.name}': mixes file types {sorted(builders)}; split it")
-            builder = builders.pop()
-            kwargs = {"sample_by": spec.sample_by} if builder == "text" else {}
-            try:
-                ds = datasets.load_dataset(
-                    builder, data_files=[str(p) for p in files], split="train", streaming=streaming, **kwargs
-                )
-            except Exception as err:
-                # datasets' parse errors do not say where; the line scan runs only now, so good data pays nothing
-                problem = find_bad_json_line(files) if builder == "json" else None
-                raise RecipeError(problem or f"source '{spec.name}': could not read {spec.path}: {err}") from None
+    world = TinyWorld(**spec.tiny_world)
+    makers = {"train": world.corpus, "corpus": world.corpus, "sft": world.sft, "preferences": world.preferences}
+    if spec.split not in makers:
+        raise RecipeError(f"source '{spec.name}': tiny_world has splits {sorted(makers)}, not '{spec.split}'")
+    return makers[spec.split]()
+
+
+def load_rows(spec: SourceSpec, streaming: bool = False, num_proc: int | None = None):
+    """The source's rows as a `datasets.Dataset` (or `IterableDataset` when streaming), filters not yet applied.
+    Raises `RecipeError` naming the source (and the bad jsonl line) for anything the user must fix."""
+    if spec.tiny_world is not None:
+        ds = datasets.Dataset.from_list(_tiny_world_rows(spec))
+        return ds.to_iterable_dataset() if streaming else ds
+    files = local_files(spec)
+    if files is None:
+        try:
+            return datasets.load_dataset(
+                spec.path, spec.config_name, split=spec.split, revision=spec.revision, data_files=spec.data_files,
+                streaming=streaming,
+            )  # fmt: skip
+        except Exception as err:  # the Hub / builder error text is the useful part
+            raise RecipeError(f"source '{spec.name}': could not load dataset '{spec.path}': {err}") from None
+    builders = {_kind(p) for p in files}
+    if len(builders) > 1:
+        raise RecipeError(f"source '{spec.name}': mixes file types {sorted(builders)}; split it")
+    builder = builders.pop()
+    kwargs = {"sample_by": spec.sample_by} if builder == "text" else {}
+    try:
+        return datasets.load_dataset(
+            builder, data_files=[str(p) for p in files], split="train", streaming=streaming, **kwargs
+        )
+    except Exception as err:
+        # datasets' parse errors do not say where; the line scan runs only now, so good data pays nothing
+        problem = find_bad_json_line(files) if builder == "json" else None
+        raise RecipeError(problem or f"source '{spec.name}': could not read {spec.path}: {err}") from None
+
+
+def repeat_indices(num_docs: int, multiplier: float, rng: np.random.Generator) -> np.ndarray:
+    """Indices of documents for a multiplier: floor(m) full copies plus a seeded random subset for the fraction."""
+    whole = int(math.floor(multiplier))
+    extra = int(round((multiplier - whole) * num_docs))
+    parts = [np.tile(np.arange(num_docs, dtype=np.int64), whole)]
+    if extra:
+        parts.append(np.sort(rng.choice(num_docs, size=extra, replace=False)))
+    return np.concatenate(parts)
+
+
+def load_source(spec: SourceSpec, streaming: bool = False, num_proc: int | None = None):
+    """A pretraining source: its rows (`load_rows`), filters applied, with the text in column "text"."""
+    ds = load_rows(spec, streaming, num_proc)
     try:  # a stream reveals its columns (and a bad first batch) only when read
         columns = ds.column_names if ds.column_names is not None else list(next(iter(ds)).keys())
     except Exception as err:

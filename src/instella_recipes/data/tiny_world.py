@@ -17,6 +17,8 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from instella_recipes.core import atomic_file
+
 _SYLLABLES = ["va", "ro", "qu", "el", "mi", "dor", "ka", "len", "tis", "pha", "zu", "mar", "no", "bel", "shi", "ta"]
 _ATTRIBUTES = {
     "capital": ["The capital of {e} is {v}.", "{v} is the capital of {e}.", "In {e}, the capital city is {v}."],
@@ -148,11 +150,9 @@ class TinyWorld:
 
 def write_jsonl(rows: list[dict], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".partial")
-    with tmp.open("w") as handle:
+    with atomic_file(path) as handle:
         for row in rows:
             handle.write(json.dumps(row) + "\n")
-    tmp.rename(path)
     return path
 
 

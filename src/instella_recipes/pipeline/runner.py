@@ -23,7 +23,15 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from instella_recipes.core import MANIFEST, RecipeError, file_digest, read_manifest, require_complete, write_manifest
+from instella_recipes.core import (
+    MANIFEST,
+    RecipeError,
+    atomic_write_text,
+    file_digest,
+    read_manifest,
+    require_complete,
+    write_manifest,
+)
 
 from .graph import ROOT, Pipeline, Stage, _arguments, command_line, render_recipe, resolved_recipe_path
 
@@ -48,9 +56,7 @@ def read_record(pipeline: Pipeline, stage: Stage) -> dict | None:
 def _write_record(pipeline: Pipeline, stage: Stage, record: dict) -> None:
     path = record_path(pipeline, stage)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".partial")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(record, indent=2) + "\n")
 
 
 def fingerprint(pipeline: Pipeline, stage: Stage) -> str | None:

@@ -13,7 +13,13 @@ from transformers import AutoModelForCausalLM
 from trl import get_peft_config
 
 import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
-from instella_recipes.core import RecipeError, file_digest, get_logger, read_manifest, write_manifest
+from instella_recipes.core import (
+    check_model_folder,
+    file_digest,
+    get_logger,
+    read_manifest,
+    write_manifest,
+)
 from instella_recipes.data.tokenizer import load_tokenizer
 from instella_recipes.training.checkpoints import find_resume_checkpoint
 from instella_recipes.training.checks import check_global_batch, check_tokenizer_fits
@@ -81,14 +87,7 @@ def cap_rows(dataset, args: PostTrainArgs):
 
 def check_model_path(model_args) -> None:
     """A clear error before any work when the input model folder is missing or is not a model folder."""
-    path = model_args.model_name_or_path
-    if not path:
-        raise RecipeError("model_name_or_path is not set: point it at the previous stage's output folder")
-    looks_like_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~"))
-    if not Path(path).exists() and not looks_like_hub_id:
-        raise RecipeError(f"model folder {path} does not exist: run the previous stage or fix model_name_or_path")
-    if Path(path).exists() and not (Path(path) / "config.json").is_file():
-        raise RecipeError(f"{path} has no config.json: it is not a model folder (did the previous stage finish?)")
+    check_model_folder(model_args.model_name_or_path, "model_name_or_path", allow_hub_id=True)
     note_input(model_args)
 
 
