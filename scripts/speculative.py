@@ -12,18 +12,16 @@ HumanEval check run in the bubblewrap sandbox; `--no-execute` skips it, and with
 loading any model).
 """
 
-import argparse
 import json
 import sys
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import torch
 
-from instella_recipes.core import exit_on_recipe_error
+from instella_recipes.core import RecipeError, atomic_write_text, exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.evaluation import humaneval
 from instella_recipes.evaluation.speculative import (  # noqa: F401 - re-exported for `instella_recipes.scripts.speculative`
     HUMANEVAL,
-    SpeculativeError,
     format_markdown,
     load_pair,
     load_prompts,
@@ -32,31 +30,45 @@ from instella_recipes.evaluation.speculative import (  # noqa: F401 - re-exporte
 )
 from instella_recipes.synthetic_gsm8k.sandbox import SandboxPool, SandboxUnavailable
 
+MODES = ("greedy", "sampled")
+DTYPES = ("float32", "bfloat16", "float16")
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", required=True, help="target model folder (HF format)")
-    parser.add_argument("--draft", required=True, help="draft model folder (HF format, target's tokenizer or prefix)")
-    parser.add_argument("--prompts", default=HUMANEVAL, help="`humaneval`, or a jsonl of problems")
-    parser.add_argument("--modes", nargs="+", default=["greedy", "sampled"], choices=["greedy", "sampled"])
-    parser.add_argument("--max_new_tokens", type=int, default=512)
-    parser.add_argument("--num_assistant_tokens", type=int, default=None, help="draft tokens per round (constant)")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N prompts")
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved timed passes over the prompts")
-    parser.add_argument("--timeout", type=float, default=humaneval.DEFAULT_TIMEOUT, help="seconds per program")
-    parser.add_argument("--execute", action=argparse.BooleanOptionalAction, default=True, help="score pass@1")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--output", default=None, help="write the summaries as JSON here")
-    return parser.parse_args(argv)
+
+@dataclass
+class SpeculativeArguments:
+    target: str = field(default=None, metadata={"help": "Target model folder (HF format)."})
+    draft: str = field(default=None, metadata={"help": "Draft model folder (the target's tokenizer or a prefix)."})
+    prompts: str = field(default=HUMANEVAL, metadata={"help": "`humaneval`, or a jsonl of problems."})
+    modes: list[str] = field(default_factory=lambda: list(MODES), metadata={"help": "greedy and/or sampled."})
+    max_new_tokens: int = field(default=512, metadata={"help": "Tokens generated per prompt."})
+    num_assistant_tokens: int | None = field(default=None, metadata={"help": "Draft tokens per round (constant)."})
+    limit: int | None = field(default=None, metadata={"help": "Only the first N prompts."})
+    repeats: int = field(default=3, metadata={"help": "Interleaved timed passes over the prompts."})
+    timeout: float = field(default=humaneval.DEFAULT_TIMEOUT, metadata={"help": "Seconds per HumanEval program."})
+    execute: bool = field(default=True, metadata={"help": "Score pass@1 in the sandbox (--no-execute skips it)."})
+    dtype: str = field(default="float32", metadata={"help": "float32, bfloat16 or float16."})
+    output: str | None = field(default=None, metadata={"help": "Write the summaries as JSON here."})
+
+    def __post_init__(self):
+        if not (self.target and self.draft):
+            raise RecipeError("--target and --draft are required (model folders)")
+        if unknown := sorted(set(self.modes) - set(MODES)):
+            raise RecipeError(f"modes: unknown {unknown}; choose from {list(MODES)}")
+        if self.dtype not in DTYPES:
+            raise RecipeError(f"dtype: {self.dtype!r} is not one of {list(DTYPES)}")
+        if self.repeats < 1 or self.max_new_tokens < 1 or (self.limit is not None and self.limit < 1):
+            raise RecipeError("repeats, max_new_tokens and limit must be >= 1")
 
 
 @exit_on_recipe_error
-def _run(args: argparse.Namespace) -> int:
+def main(argv=None) -> int:
+    (args,) = parse_recipe([SpeculativeArguments], argv)
+    setup_logging()
     prompts = load_prompts(args.prompts, args.limit)
     try:  # the sandbox before the models: without bubblewrap nothing is loaded or generated
         pool = SandboxPool(humaneval.sandbox_config(args.timeout)) if args.execute else None
     except SandboxUnavailable as error:
-        raise SpeculativeError(f"{error} (or pass --no-execute to skip pass@1)") from None
+        raise RecipeError(f"{error} (or pass --no-execute to skip pass@1)") from None
     try:
         target, draft, tokenizer = load_pair(args.target, args.draft, getattr(torch, args.dtype))
         if args.num_assistant_tokens:
@@ -71,12 +83,8 @@ def _run(args: argparse.Namespace) -> int:
             pool.close()
     print(format_markdown(summaries))
     if args.output:
-        Path(args.output).write_text(json.dumps(summaries, indent=2))
+        atomic_write_text(args.output, json.dumps(summaries, indent=2))
     return 0
-
-
-def main(argv=None) -> int:
-    return _run(parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import torch
 from instella_recipes.scripts import speculative as script
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from instella_recipes.core import RecipeError
 from instella_recipes.data.tokenizer import train_bpe_tokenizer
 from instella_recipes.evaluation import speculative as spec
 from tests.synthetic_fakes import BWRAP_PROBLEM
@@ -102,10 +103,10 @@ def test_pass_at_1_runs_in_the_sandbox(pair, tmp_path):
 
 def test_bad_inputs_fail_before_any_weights_are_read(pair, tmp_path):
     target_dir, draft_dir = pair
-    with pytest.raises(spec.SpeculativeError, match="not found"):
+    with pytest.raises(RecipeError, match="does not exist"):
         spec.load_pair(tmp_path / "missing", draft_dir)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(spec.SpeculativeError, match="no config.json"):
+    with pytest.raises(RecipeError, match="no config.json"):
         spec.load_pair(target_dir, tmp_path / "empty")
 
     # A draft whose tokenizer numbers tokens differently; its weights file is garbage, so reaching it would fail
@@ -113,17 +114,17 @@ def test_bad_inputs_fail_before_any_weights_are_read(pair, tmp_path):
     other_tok = train_bpe_tokenizer(["completely different text " * 50, "zebra quartz yodel " * 50], vocab_size=300)
     bad = _llama(tmp_path / "bad", other_tok, len(other_tok), seed=2)
     (bad / "model.safetensors").write_bytes(b"not weights")
-    with pytest.raises(spec.SpeculativeError, match="tokenizer is incompatible"):
+    with pytest.raises(RecipeError, match="tokenizer is incompatible"):
         spec.load_pair(target_dir, bad)
     with pytest.raises(SystemExit) as exit_info:
         script.main(["--target", str(target_dir), "--draft", str(bad), "--no-execute"])
     assert exit_info.value.code == 2
 
     bigger = _llama(tmp_path / "bigger", other_tok, 4096, seed=3)
-    with pytest.raises(spec.SpeculativeError, match="draft vocab_size 4096 > target"):
+    with pytest.raises(RecipeError, match="draft vocab_size 4096 > target"):
         spec.load_pair(target_dir, bigger)
 
     broken = tmp_path / "prompts.jsonl"
     broken.write_text(json.dumps({"task_id": "x", "prompt": "def f():\n"}) + "\n")
-    with pytest.raises(spec.SpeculativeError, match="missing fields"):
+    with pytest.raises(RecipeError, match="missing fields"):
         spec.load_prompts(broken)

@@ -26,7 +26,7 @@ import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 from transformers.utils import logging
 
-from instella_recipes.core import RecipeError
+from instella_recipes.core import RecipeError, check_model_folder
 from instella_recipes.evaluation import humaneval
 
 logger = logging.get_logger(__name__)
@@ -35,31 +35,23 @@ HUMANEVAL = "humaneval"  # the `prompts` value that means the real 164 problems 
 STOP_SEQUENCES = humaneval.STOP_SEQUENCES
 
 
-class SpeculativeError(RecipeError):
-    """Bad input, detected before any model is loaded."""
-
-
 # --- input checks (configs and tokenizers only; no weights are read) ---------------------------------------------
 def check_model_dir(path: str | Path, role: str):
     """The config of a local model folder; a clear error if it is missing or not a model."""
     from transformers import AutoConfig
 
-    path = Path(path)
-    if not path.is_dir():
-        raise SpeculativeError(f"{role} model folder not found: {path}")
-    if not (path / "config.json").is_file():
-        raise SpeculativeError(f"{role} folder {path} is not a model: no config.json (save it with save_pretrained)")
+    path = check_model_folder(path, f"{role} model folder")
     try:
         return AutoConfig.from_pretrained(path, trust_remote_code=True)
     except Exception as error:  # noqa: BLE001 - re-raised with the folder named
-        raise SpeculativeError(f"{role} folder {path} has an unreadable config.json: {error}") from error
+        raise RecipeError(f"{role} folder {path} has an unreadable config.json: {error}") from error
 
 
 def check_tokenizers(target_tok, draft_tok, target_config, draft_config) -> None:
     """The draft must speak a prefix of the target's vocabulary: every draft token has the same id in the target,
     the special tokens agree, and the draft's vocab is not larger than the target's (it can be padded, not cut)."""
     if draft_config.vocab_size > target_config.vocab_size:
-        raise SpeculativeError(
+        raise RecipeError(
             f"draft vocab_size {draft_config.vocab_size} > target vocab_size {target_config.vocab_size}: "
             "the draft's logits cannot be mapped onto the target's vocabulary"
         )
@@ -67,14 +59,14 @@ def check_tokenizers(target_tok, draft_tok, target_config, draft_config) -> None
     mismatched = [tok for tok, i in draft_vocab.items() if target_vocab.get(tok) != i]
     if mismatched:
         examples = ", ".join(repr(t) for t in sorted(mismatched)[:5])
-        raise SpeculativeError(
+        raise RecipeError(
             f"draft tokenizer is incompatible with the target's: {len(mismatched)} of {len(draft_vocab)} draft tokens "
             f"have another id (or none) in the target (e.g. {examples}); train the draft with the target's tokenizer"
         )
     for name in ("bos_token_id", "eos_token_id"):
         t, d = getattr(target_tok, name), getattr(draft_tok, name)
         if t is not None and d is not None and t != d:
-            raise SpeculativeError(f"draft {name} {d} != target {name} {t}")
+            raise RecipeError(f"draft {name} {d} != target {name} {t}")
 
 
 def load_prompts(source: str | Path = HUMANEVAL, limit: int | None = None) -> list[dict]:
@@ -84,12 +76,12 @@ def load_prompts(source: str | Path = HUMANEVAL, limit: int | None = None) -> li
         return humaneval.load_problems(limit)
     path = Path(source)
     if not path.is_file():
-        raise SpeculativeError(f"prompts file not found: {path} (or pass `{HUMANEVAL}` for the real HumanEval)")
+        raise RecipeError(f"prompts file not found: {path} (or pass `{HUMANEVAL}` for the real HumanEval)")
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     for i, row in enumerate(rows):
         missing = set(humaneval.REQUIRED_FIELDS) - set(row)
         if missing:
-            raise SpeculativeError(f"{path}:{i + 1}: missing fields {sorted(missing)}")
+            raise RecipeError(f"{path}:{i + 1}: missing fields {sorted(missing)}")
     return rows[:limit] if limit else rows
 
 
@@ -296,7 +288,7 @@ def load_pair(target_dir, draft_dir, dtype=torch.float32):
         target_tok = AutoTokenizer.from_pretrained(target_dir, trust_remote_code=True)
         draft_tok = AutoTokenizer.from_pretrained(draft_dir, trust_remote_code=True)
     except Exception as error:  # noqa: BLE001
-        raise SpeculativeError(f"cannot load a tokenizer: {error}") from error
+        raise RecipeError(f"cannot load a tokenizer: {error}") from error
     check_tokenizers(target_tok, draft_tok, target_config, draft_config)
     target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=dtype, trust_remote_code=True).eval()
     draft = AutoModelForCausalLM.from_pretrained(draft_dir, dtype=dtype, trust_remote_code=True).eval()
