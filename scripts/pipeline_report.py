@@ -1,35 +1,13 @@
-"""Write the report of a pipeline run: `python scripts/pipeline_report.py --run_dir runs/demo` -> `runs/demo/report.md`
-plus PNG plots in `runs/demo/report/`.
+"""Write the report of a pipeline run (the sections are built by `instella_recipes.pipeline.report`):
 
-It reads only what the stages left behind: the pipeline's run records (`<run_dir>/pipeline/*.json`: command, wall
-time), each training output's `trainer_state.json` (`log_history`), lm-eval result JSONs in the evaluation outputs,
-and the speculative-decoding summaries. Sections: wall time per stage, loss curves (one chart per stage; the seeds of
-a matrix stage such as stage 2 share a chart), evaluation scores per evaluated stage side by side, speculative
-decoding. Plots are drawn with matplotlib's Agg backend (no display needed).
+    python scripts/pipeline_report.py --run_dir runs/demo   # -> runs/demo/report.md + PNG plots in runs/demo/report/
 """
 
-import json
-import os
-import platform
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-from instella_recipes.core import (  # noqa: E402
-    RecipeError,
-    exit_on_recipe_error,
-    parse_recipe,
-    write_manifest,  # noqa: E402
-)
-from instella_recipes.pipeline.results import loss_history, read_eval_results, speculative_results  # noqa: E402
-
-LOSS_LABELS = {"dpo": "DPO loss (sigmoid, length-normalised)", "sft": "cross-entropy on assistant tokens"}
+from instella_recipes.core import exit_on_recipe_error, parse_recipe, setup_logging, write_manifest
+from instella_recipes.pipeline.report import write_report
 
 
 @dataclass
@@ -40,194 +18,10 @@ class ReportArguments:
     title: str = field(default="Instella recipe: tiny end-to-end demo", metadata={"help": "report title"})
 
 
-def read_records(run_dir: Path) -> list[dict]:
-    """The pipeline's run records, in the order the stages ran."""
-    folder = run_dir / "pipeline"
-    if not folder.is_dir():
-        raise RecipeError(f"{run_dir} has no pipeline/ run records: run scripts/pipeline.py --output_dir {run_dir}")
-    records = [json.loads(p.read_text()) for p in folder.glob("*.json")]
-    records = [r for r in records if r.get("status") != "running"]  # e.g. this report stage itself
-    return sorted(records, key=lambda r: (r.get("started_at", ""), r["stage"]))
-
-
-def _minutes(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    return f"{seconds:.1f} s" if seconds < 90 else f"{seconds / 60:.1f} min ({seconds:.0f} s)"
-
-
-def _style(ax, title: str, xlabel: str, ylabel: str) -> None:
-    ax.set_title(title, fontsize=12)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-
-
-# --- sections ------------------------------------------------------------------------------------------------------
-def wall_time_section(records: list[dict], plots: Path, link: Path) -> list[str]:
-    lines = ["## Wall time per stage", ""]
-    lines += ["| stage | what | wall time | CPU time | status |", "|---|---|---|---|---|"]
-    for r in records:
-        cpu = f"{r['cpu_s']:.0f} s" if r.get("cpu_s") is not None else "-"
-        what = r.get("description") or "-"
-        lines.append(f"| {r['stage']} | {what} | {_minutes(r.get('wall_s'))} | {cpu} | {r['status']} |")
-    total = sum(r.get("wall_s") or 0 for r in records)
-    cpu_total = sum(r.get("cpu_s") or 0 for r in records)
-    lines += [f"| **total** | | **{_minutes(total)}** | {cpu_total:.0f} s | |", ""]
-    lines += [
-        "CPU time is the stages' processes' user + system seconds (all threads): it changes little when other work "
-        "shares the machine, while wall time does.",
-        "",
-    ]
-    timed = [r for r in records if r.get("wall_s") is not None]
-    if timed:
-        fig, ax = plt.subplots(figsize=(8, 0.35 * len(timed) + 1.5))
-        bars = ax.barh([r["stage"] for r in timed][::-1], [r["wall_s"] for r in timed][::-1], color="#4c72b0")
-        ax.bar_label(bars, fmt="%.0f s", fontsize=8, padding=2)
-        _style(ax, f"Wall time per stage (total {total / 60:.1f} min)", "seconds", "stage")
-        fig.tight_layout()
-        fig.savefig(plots / "wall_time.png", dpi=110)
-        plt.close(fig)
-        lines += [f"![wall time per stage]({link}/wall_time.png)", ""]
-    return lines
-
-
-def loss_section(records: list[dict], plots: Path, link: Path) -> list[str]:
-    groups: dict[str, list[tuple[str, list, str]]] = {}
-    for r in records:
-        history = loss_history(r["output"])
-        if history:
-            label = ", ".join(f"{k} {v}" for k, v in (r.get("values") or {}).items()) or r["stage"]
-            groups.setdefault(r.get("group") or r["stage"], []).append((label, history, r["output"]))
-    if not groups:
-        return ["## Loss curves", "", "No stage logged a training loss (no trainer_state.json found).", ""]
-    lines = ["## Loss curves", "", "| stage | run | steps | first loss | last loss |", "|---|---|---|---|---|"]
-    for group, runs in groups.items():
-        for label, history, _ in runs:
-            lines.append(f"| {group} | {label} | {history[-1][0]} | {history[0][1]:.3f} | {history[-1][1]:.3f} |")
-    lines.append("")
-    for group, runs in groups.items():
-        margins = {label: loss_history(folder, "rewards/margins") for label, _, folder in runs}
-        panels = 2 if any(margins.values()) else 1  # DPO: also the reward margin (chosen minus rejected)
-        fig, axes = plt.subplots(1, panels, figsize=(7 * panels, 4.2), squeeze=False)
-        ax = axes[0][0]
-        for label, history, _ in runs:
-            steps, values = zip(*history)
-            ax.plot(steps, values, label=label, linewidth=1.6, marker="." if len(steps) < 40 else None)
-        title = f"{group}: training loss" + (f" ({len(runs)} seeds)" if len(runs) > 1 else "")
-        _style(ax, title, "optimizer step", LOSS_LABELS.get(group, "loss (mean token cross-entropy)"))
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.legend(fontsize=9)
-        if panels == 2:
-            ax = axes[0][1]
-            for label, history in margins.items():
-                if history:
-                    steps, values = zip(*history)
-                    ax.plot(steps, values, label=label, linewidth=1.6, marker=".", color="#c44e52")
-            _style(ax, f"{group}: reward margin", "optimizer step", "reward(chosen) - reward(rejected)")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.legend(fontsize=9)
-        fig.tight_layout()
-        fig.savefig(plots / f"loss_{group}.png", dpi=110)
-        plt.close(fig)
-        lines += [f"![{group} loss]({link}/loss_{group}.png)", ""]
-    return lines
-
-
-def eval_section(records: list[dict], plots: Path, link: Path) -> list[str]:
-    scores: dict[str, dict[tuple[str, str], float]] = {}
-    for r in records:
-        output = Path(r["output"])
-        if not output.is_dir() or not any(output.rglob("results*.json")):
-            continue
-        model = (r.get("inputs") or [r["stage"]])[0]  # an evaluation stage's first input is the model it scored
-        scores[model] = {(row["task"], row["metric"]): row["value"] for row in read_eval_results([output])}
-    if not scores:
-        return ["## Evaluation", "", "No lm-eval results found.", ""]
-    models = list(scores)
-    keys = sorted({k for s in scores.values() for k in s})
-    lines = ["## Evaluation (lm-eval, offline suites)", ""]
-    lines += ["| task | metric | " + " | ".join(models) + " |", "|---|---|" + "---|" * len(models)]
-    for task, metric in keys:
-        cells = [f"{scores[m][(task, metric)]:.3f}" if (task, metric) in scores[m] else "-" for m in models]
-        lines.append(f"| {task} | {metric} | " + " | ".join(cells) + " |")
-    lines.append("")
-    fig, ax = plt.subplots(figsize=(max(7, 1.8 * len(keys) + 2), 4.8))
-    width = 0.8 / len(models)
-    for i, model in enumerate(models):
-        xs = [k + (i - (len(models) - 1) / 2) * width for k in range(len(keys))]
-        bars = ax.bar(xs, [scores[model].get(key, 0.0) for key in keys], width, label=model)
-        ax.bar_label(bars, fmt="%.2f", fontsize=8, padding=2)
-    ax.set_xticks(range(len(keys)))
-    ax.set_xticklabels([f"{t}\n{m.replace(' (', chr(10) + '(')}" for t, m in keys], fontsize=8)
-    ax.set_ylim(0, 1.05)
-    _style(ax, "Evaluation scores per stage", "task / metric", "score (higher is better)")
-    ax.legend(title="checkpoint", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(plots / "eval_scores.png", dpi=110)
-    plt.close(fig)
-    return lines + [f"![evaluation scores per stage]({link}/eval_scores.png)", ""]
-
-
-def speculative_section(records: list[dict]) -> list[str]:
-    rows = [(r, row) for r in records for row in speculative_results(r["output"])] if records else []
-    if not rows:
-        return []
-    lines = [
-        "## Speculative decoding (target + draft, transformers assisted generation)",
-        "",
-        "| stage | mode | acceptance | drafted | accepted | tok/s target | tok/s target+draft | speedup | identical |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r, s in rows:
-
-        def num(key, fmt=".3f", s=s):
-            value = s.get(key)
-            return format(value, fmt) if isinstance(value, int | float) else "-"
-
-        lines.append(
-            f"| {r['stage']} | {s.get('mode', '-')} | {num('acceptance_rate')} | {s.get('drafted_tokens', '-')} | "
-            f"{s.get('accepted_tokens', '-')} | {num('tokens_per_s_base', '.1f')} | "
-            f"{num('tokens_per_s_assisted', '.1f')} | {num('speedup', '.2f')}x | "
-            f"{s.get('identical_outputs', '-')}/{s.get('prompts', '-')} |"
-        )
-    if any(isinstance(s.get("speedup"), int | float) and s["speedup"] < 1 for _, s in rows):
-        lines += [
-            "",
-            "A speedup below 1 means assisted generation was slower here: with models this small a forward pass "
-            "costs little more than the per-step overhead, so drafting saves nothing on a CPU; the acceptance rate "
-            "(how often the target agrees with the draft) is the number that carries over to real model sizes.",
-        ]
-    return lines + [""]
-
-
-def write_report(run_dir: Path, plots: Path, report: Path, title: str) -> Path:
-    records = read_records(run_dir)
-    plots.mkdir(parents=True, exist_ok=True)
-    import torch
-
-    lines = [
-        f"# {title}",
-        "",
-        f"Run folder `{run_dir}`, written {time.strftime('%Y-%m-%d %H:%M:%S')} on {platform.machine()} "
-        f"({torch.get_num_threads()} torch threads, torch {torch.__version__}, Python {platform.python_version()}). "
-        f"Each stage's command and log are in `{run_dir}/pipeline/<stage>.json` and `{run_dir}/logs/<stage>.log`.",
-        "",
-    ]
-    link = Path(os.path.relpath(plots, report.parent))
-    lines += wall_time_section(records, plots, link)
-    lines += loss_section(records, plots, link)
-    lines += eval_section(records, plots, link)
-    lines += speculative_section(records)
-    tmp = report.with_suffix(".partial")
-    tmp.write_text("\n".join(lines))
-    tmp.replace(report)
-    return report
-
-
 @exit_on_recipe_error
 def main(argv=None) -> Path:
     (args,) = parse_recipe([ReportArguments], argv)
+    setup_logging()
     run_dir = Path(args.run_dir)
     plots = Path(args.output_dir) if args.output_dir else run_dir / "report"
     report = Path(args.report) if args.report else run_dir / "report.md"
