@@ -1,6 +1,6 @@
 """Write the report of a pipeline run (the sections are built by `instella_recipes.pipeline.report`):
 
-    python scripts/pipeline_report.py --run_dir runs/demo   # -> runs/demo/report.md + PNG plots in runs/demo/report/
+python scripts/pipeline_report.py --run_dir runs/demo   # -> runs/demo/report.md + PNG plots in runs/demo/report/
 """
 
 from dataclasses import dataclass, field

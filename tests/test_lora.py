@@ -61,7 +61,11 @@ def test_lora_sft_trains_only_adapters_and_merges(tiny_model_dir, tmp_path):
     torch.testing.assert_close(merged_logits, unmerged, rtol=1e-4, atol=1e-4)
     assert (merged_logits - base_logits).abs().max() > 1e-3  # the adapter did change the model
     manifest = read_manifest(out)
-    assert manifest["lora"] == {"r": 8, "alpha": 16, "merged": True}
+    lora = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": list(INSTELLA_PROJECTIONS), "merged": True}
+    assert manifest["lora"] == lora
+    # what ran, not what the recipe file says: the command line's learning rate and sample cap
+    assert manifest["arguments"]["training"]["learning_rate"] == 1e-2
+    assert manifest["arguments"]["script"]["max_samples"] == 64 and manifest["arguments"]["model"]["use_peft"]
 
 
 @pytest.mark.slow

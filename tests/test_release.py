@@ -117,7 +117,8 @@ def test_release_bad_input_is_a_clear_error(tmp_path, capsys, stage_output):
     model_dir, _, _ = stage_output
     with pytest.raises(SystemExit, match="2"):
         main(["--model_dir", str(tmp_path / "nothing"), "--output_dir", str(tmp_path / "x")])
-    assert "has no config.json" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "model_dir" in err and "does not exist" in err
     (tmp_path / "taken").mkdir()
     with pytest.raises(SystemExit, match="2"):
         main(["--model_dir", str(model_dir), "--output_dir", str(tmp_path / "taken")])
@@ -126,3 +127,17 @@ def test_release_bad_input_is_a_clear_error(tmp_path, capsys, stage_output):
         main(["--model_dir", str(model_dir), "--output_dir", str(tmp_path / "y"), "--push_to_hub"])
     assert "--push_to_hub needs --repo_id" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_card_shows_the_hyperparameters_the_run_resolved_not_the_recipe_file(stage_output, tmp_path):
+    """A run overrode the recipe on the command line (`--learning_rate 1e-2`, LoRA on): the card says what ran."""
+    model_dir, recipe, _ = stage_output
+    arguments = {"script": {"max_length": 80}, "training": {"learning_rate": 0.01, "seed": 42, "num_train_epochs": 2}}
+    lora = {"r": 8, "alpha": 16, "dropout": 0.05, "target_modules": ["q_proj", "v_proj"], "merged": True}
+    write_manifest(model_dir, "sft", recipe=str(recipe), arguments=arguments, lora=lora)
+    main(["--model_dir", str(model_dir), "--output_dir", str(tmp_path / "rel")])
+    card = (tmp_path / "rel" / "README.md").read_text()
+    hyper = yaml.safe_load(card.split("## Hyperparameters")[1].split("```yaml")[1].split("```")[0])
+    assert hyper == {"learning_rate": 0.01, "num_train_epochs": 2, "max_length": 80, "seed": 42}
+    assert "recipe + overrides" in card and "learning_rate: 0.0001" not in card
+    assert yaml.safe_load(card.split("## LoRA")[1].split("```yaml")[1].split("```")[0]) == lora

@@ -120,3 +120,18 @@ def weight_files(folder: str | Path) -> dict[str, Path]:
         with _open(single) as handle:
             return {k: single for k in handle.keys()}
     raise RecipeError(f"{folder}: no {SAFETENSORS_SINGLE_FILE} or {SAFETENSORS_INDEX_FILE} (want a safetensors model)")
+
+
+def index_single_file(folder: str | Path) -> None:
+    """A one-file `model.safetensors` becomes `model-00001-of-00001.safetensors` plus an index, the layout of a
+    sharded save, so every release looks the same. Sizes come from the file's header (no tensor is read)."""
+    folder = Path(folder)
+    single = folder / SAFETENSORS_SINGLE_FILE
+    if (folder / SAFETENSORS_INDEX_FILE).exists() or not single.exists():
+        return
+    source = TensorSource(single)
+    total = sum(source.meta(key).nbytes for key in source.keys())
+    shard = FILENAME_PATTERN.format(suffix="-00001-of-00001")
+    single.rename(folder / shard)
+    index = {"metadata": {"total_size": total}, "weight_map": dict.fromkeys(sorted(source.keys()), shard)}
+    (folder / SAFETENSORS_INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")

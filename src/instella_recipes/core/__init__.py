@@ -4,7 +4,7 @@ model-folder check, logging and the repository paths."""
 from .errors import RecipeError, did_you_mean, exit_on_recipe_error
 from .io import atomic_file, atomic_output_dir, atomic_write_text, partial_path
 from .logs import get_logger, is_main_process, setup_logging
-from .manifest import MANIFEST, file_digest, read_manifest, require_complete, write_manifest
+from .manifest import MANIFEST, file_digest, read_manifest, require_complete, resolved_arguments, write_manifest
 from .model_folder import check_model_folder, looks_like_hub_id
 from .recipe import check_recipe_keys, config_path, load_recipe_yaml, parse_recipe
 
@@ -29,5 +29,6 @@ __all__ = [
     "parse_recipe",
     "read_manifest",
     "require_complete",
+    "resolved_arguments",
     "write_manifest",
 ]

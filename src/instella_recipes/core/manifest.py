@@ -5,6 +5,7 @@ logs are in place), through a temporary file and a rename. The next stage checks
 `scripts/pipeline.py` skips a stage whose manifest matches the recipe it would run.
 """
 
+import dataclasses
 import hashlib
 import json
 import platform
@@ -44,6 +45,16 @@ def write_manifest(output_dir: str | Path, stage: str, **fields) -> Path:
     output_dir = Path(output_dir)
     record = {"stage": stage, **fields, "versions": _versions(), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     return atomic_write_text(output_dir / MANIFEST, json.dumps(record, indent=2, default=str) + "\n")
+
+
+def resolved_arguments(**groups) -> dict[str, dict]:
+    """The arguments a run used (recipe defaults + command-line overrides), one JSON-able dict per group, for the
+    manifest's `arguments` field; `TrainingArguments` go through their own `to_dict` (which hides tokens)."""
+    out = {}
+    for name, args in groups.items():
+        data = args.to_dict() if hasattr(args, "to_dict") else dataclasses.asdict(args)
+        out[name] = json.loads(json.dumps(data, default=str))
+    return out
 
 
 def read_manifest(output_dir: str | Path) -> dict | None:

@@ -3,7 +3,7 @@ and tokenizer, and writing the output folder (model + tokenizer with the chat te
 report, manifest.json last)."""
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -18,6 +18,7 @@ from instella_recipes.core import (
     file_digest,
     get_logger,
     read_manifest,
+    resolved_arguments,
     write_manifest,
 )
 from instella_recipes.data.tokenizer import load_tokenizer
@@ -142,12 +143,24 @@ def save_outputs(trainer, model_args, args: PostTrainArgs, recipe: str | None, s
         "inputs": {"model": model_args.model_name_or_path, "model_manifest": read_manifest_safe(model_args)},
         "seed": trainer.args.seed,
         "global_step": trainer.state.global_step,
-        "lora": {"r": model_args.lora_r, "alpha": model_args.lora_alpha, "merged": args.merge_lora} if peft else None,
-        "args": {k: v for k, v in asdict(args).items() if k != "sources"},
+        "lora": lora_settings(model_args, args.merge_lora) if peft else None,
+        "arguments": resolved_arguments(script=args, model=model_args, training=trainer.args),
         "data": data,
     }
     write_manifest(out, stage, **fields)
     return out
+
+
+def lora_settings(model_args, merged: bool) -> dict:
+    """The LoRA block of a run, as the manifest and the model card record it."""
+    targets = model_args.lora_target_modules
+    return {
+        "r": model_args.lora_r,
+        "alpha": model_args.lora_alpha,
+        "dropout": model_args.lora_dropout,
+        "target_modules": list(targets) if isinstance(targets, list | tuple) else targets,
+        "merged": merged,
+    }
 
 
 def read_manifest_safe(model_args) -> dict | None:

@@ -22,6 +22,7 @@ from instella_recipes.core import (
     get_logger,
     read_manifest,
     require_complete,
+    resolved_arguments,
     write_manifest,
 )
 from instella_recipes.data.packing import PackedWindows
@@ -216,6 +217,7 @@ def _save_final(trainer, script, train, dataset, data_manifest, identity, output
         run=identity,
         recipe=str(config_path(argv)) if config_path(argv) else None,
         argv=argv,
+        arguments=resolved_arguments(script=script, training=train),
         data_dir=str(script.data_dir),
         data_fingerprint=data_manifest.get("fingerprint"),
         seed=train.seed,

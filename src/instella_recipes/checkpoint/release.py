@@ -1,0 +1,287 @@
+"""A stage output becomes a Hub-ready folder: what a Hub model repo holds, written beside the target and renamed
+into place (a half-written release never looks like one), `manifest.json` last.
+
+- weights: safetensors shards with their index (`save_pretrained` with `max_shard_size`; a model that fits in one
+  shard is still written as `-00001-of-00001` plus an index, so every release has the same layout);
+- `config.json` with the `auto_map` and `modeling_instella.py` (remote code: it loads with `trust_remote_code=True`
+  where this project is not installed); the tokenizer with the Instella chat template; `generation_config.json`
+  (Instella: bos 0, eos 0, pad 1);
+- the model card (`huggingface_hub.ModelCard`, its YAML header and model-index from `ModelCardData`/`EvalResult`):
+  the recipe, the data mixture, the hyperparameters *as the run resolved them* (recipe + command-line overrides, as
+  the stage manifest records them; the recipe file only when the manifest has none, and the card says so), LoRA
+  settings, and the evaluation table from lm-eval result JSONs.
+"""
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from instella_recipes.core import (
+    MANIFEST,
+    RecipeError,
+    atomic_output_dir,
+    check_model_folder,
+    file_digest,
+    get_logger,
+    read_manifest,
+    write_manifest,
+)
+from instella_recipes.pipeline.results import read_eval_results
+
+from .safetensors_io import index_single_file
+
+logger = get_logger(__name__)
+
+HYPERPARAMETERS = (
+    "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio", "weight_decay",
+    "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "num_train_epochs", "max_steps", "global_batch_size",
+    "per_device_train_batch_size", "gradient_accumulation_steps", "seq_len", "sequence_length", "max_length",
+    "max_seq_length", "packing", "beta", "loss_type", "seed", "bf16", "model_config", "init",
+)  # fmt: skip
+DATA_KEYS = ("sources", "datasets", "dataset_mixture", "dataset_name", "data_files", "mixture", "data")
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+@dataclass
+class ReleaseArguments:
+    model_dir: str = field(metadata={"help": "a stage output (or any HF model folder) to release"})
+    output_dir: str = field(metadata={"help": "the Hub-ready folder to write (must not exist unless --overwrite)"})
+    model_name: str | None = field(default=None, metadata={"help": "card title (default: the folder name)"})
+    max_shard_size: str = field(default="5GB", metadata={"help": "safetensors shard size, e.g. 5GB, 500MB"})
+    dtype: str = field(default="auto", metadata={"help": "auto (as saved), bfloat16, float16 or float32"})
+    recipe: str | None = field(default=None, metadata={"help": "the recipe YAML (default: from the manifest)"})
+    eval_results: list[str] = field(
+        default_factory=list, metadata={"help": "lm-eval result JSON files or folders for the model card table"}
+    )
+    chat_template: str | None = field(
+        default=None, metadata={"help": "jinja file; default: keep the tokenizer's, else the Instella template"}
+    )
+    license: str = field(default="apache-2.0", metadata={"help": "license field of the model card"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing output_dir"})
+    push_to_hub: bool = field(default=False, metadata={"help": "upload the folder with huggingface_hub"})
+    repo_id: str | None = field(default=None, metadata={"help": "Hub repo for --push_to_hub (org/name)"})
+    private: bool = field(default=False, metadata={"help": "create the Hub repo as private"})
+
+
+def check_arguments(args: ReleaseArguments) -> None:
+    """Every input exists and every choice is valid, before anything is loaded or written."""
+    check_model_folder(args.model_dir, "model_dir")
+    if Path(args.output_dir).exists() and not args.overwrite:
+        raise RecipeError(f"output_dir {args.output_dir} exists; choose another folder or pass --overwrite")
+    if args.dtype not in DTYPES:
+        raise RecipeError(f"dtype must be one of {', '.join(DTYPES)}, not '{args.dtype}'")
+    if args.push_to_hub and not args.repo_id:
+        raise RecipeError("--push_to_hub needs --repo_id org/name")
+    for path in (args.recipe, args.chat_template):
+        if path and not Path(path).is_file():
+            raise RecipeError(f"{path} does not exist")
+
+
+# --- reading what made the model ---------------------------------------------------------------------------------
+def lineage(model_dir: Path, limit: int = 12) -> list[tuple[Path, dict]]:
+    """The stage outputs that led to `model_dir`, newest first: each manifest, then the manifests of the folders it
+    names (its inputs), breadth first. Stage manifests name their inputs as paths; we follow any that exist."""
+    out, queue, seen = [], [model_dir], set()
+    while queue and len(out) < limit:
+        folder = queue.pop(0).resolve()
+        manifest = read_manifest(folder)
+        if folder in seen or manifest is None:
+            continue
+        seen.add(folder)
+        out.append((folder, manifest))
+        queue += [Path(p) for p in _strings(manifest) if (Path(p) / MANIFEST).is_file()]
+    return out
+
+
+def _strings(value) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def find_recipe(manifest: dict | None) -> str | None:
+    """The recipe YAML a manifest records (under `recipe`, `config` or `recipe_path`), if the file exists."""
+    for key in ("recipe", "config", "recipe_path"):
+        value = (manifest or {}).get(key)
+        if isinstance(value, dict):
+            value = value.get("path")
+        if isinstance(value, str) and value.endswith((".yaml", ".yml")) and Path(value).is_file():
+            return value
+    return None
+
+
+def resolved_hyperparameters(manifest: dict | None, recipe_data: dict) -> tuple[dict, str]:
+    """The hyperparameters the run used and where they come from: the manifest's resolved `arguments` (recipe +
+    command-line overrides, written by the training stages), else the recipe file's keys."""
+    arguments = (manifest or {}).get("arguments")
+    if isinstance(arguments, dict):
+        flat = {k: v for group in arguments.values() if isinstance(group, dict) for k, v in group.items()}
+        return {k: flat[k] for k in HYPERPARAMETERS if k in flat}, "as the run resolved them (recipe + overrides)"
+    return {k: recipe_data[k] for k in HYPERPARAMETERS if k in recipe_data}, "from the recipe file"
+
+
+# --- the model card ------------------------------------------------------------------------------------------------
+def _yaml_block(data) -> str:
+    return "```yaml\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=False).strip() + "\n```\n"
+
+
+def card_data(args: ReleaseArguments, model_type: str, evals: list[dict]) -> ModelCardData:
+    """The card's YAML header: library, license, tags and the model-index of the evaluation rows."""
+    results = [
+        EvalResult(
+            task_type="text-generation",
+            dataset_type=row["task"],
+            dataset_name=row["task"],
+            metric_type=row["metric"],
+            metric_value=round(float(row["value"]), 4),
+        )
+        for row in evals
+    ]
+    return ModelCardData(
+        model_name=args.model_name or Path(args.output_dir).name,
+        library_name="transformers",
+        pipeline_tag="text-generation",
+        license=args.license,
+        tags=sorted({model_type, "recipes"}),
+        eval_results=results or None,
+    )
+
+
+def _usage(name: str) -> list[str]:
+    return [
+        "## How to use", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
+        f'model = AutoModelForCausalLM.from_pretrained("{name}", trust_remote_code=True)',
+        f'tokenizer = AutoTokenizer.from_pretrained("{name}")', "```", "",
+    ]  # fmt: skip
+
+
+def _recipe_lines(recipe: str | None, chain: list[tuple[Path, dict]]) -> list[str]:
+    lines = ["## Recipe", ""]
+    if recipe:
+        first = Path(recipe).read_text().splitlines()[:1]
+        lines += [f"Trained with the recipe `{recipe}`" + (f" ({first[0].lstrip('# ').strip()})." if first else ".")]
+    else:
+        lines += ["The recipe file was not recorded in the stage manifest (pass --recipe to name it)."]
+    if chain:
+        lines += ["", "Stages that made this model (newest first, from the output manifests):", ""]
+        lines += ["| stage | output | recipe |", "|---|---|---|"]
+        lines += [f"| {m.get('stage', '?')} | `{folder.name}` | {find_recipe(m) or '-'} |" for folder, m in chain]
+    return lines
+
+
+def _eval_lines(evals: list[dict], sources: list[str]) -> list[str]:
+    lines = ["", "## Evaluation", ""]
+    if not evals:
+        return lines + ["No evaluation results were given (pass --eval_results with lm-eval output JSONs)."]
+    lines += ["| task | metric | n-shot | value | stderr |", "|---|---|---|---|---|"]
+    for row in evals:
+        stderr = f"{row['stderr']:.4f}" if row["stderr"] is not None else "-"
+        shot = row["n_shot"] if row["n_shot"] is not None else "-"
+        lines.append(f"| {row['task']} | {row['metric']} | {shot} | {row['value']:.4f} | {stderr} |")
+    return lines + ["", "Scores from lm-evaluation-harness result files: " + ", ".join(f"`{p}`" for p in sources)]
+
+
+def model_card(args: ReleaseArguments, model, recipe: str | None, chain, evals: list[dict]) -> ModelCard:
+    """The model card: header from `card_data`, body naming the architecture, recipe, data, the resolved
+    hyperparameters, LoRA settings and evaluation table."""
+    config = model.config
+    name = args.model_name or Path(args.output_dir).name
+    manifest = chain[0][1] if chain else None
+    recipe_data = yaml.safe_load(Path(recipe).read_text()) if recipe else {}
+    params = sum(p.numel() for p in model.parameters())
+    lines = [
+        f"# {name}",
+        "",
+        f"A {config.model_type} causal language model with {params:,} parameters "
+        f"({config.num_hidden_layers} layers, hidden size {config.hidden_size}, "
+        f"{config.num_attention_heads} attention heads, vocabulary {config.vocab_size}), "
+        f"released from `{args.model_dir}` by `scripts/release.py`.",
+        "",
+        *_usage(args.repo_id or name),
+        *_recipe_lines(recipe, chain),
+    ]
+    data = {k: v for k, v in recipe_data.items() if k in DATA_KEYS or "dataset" in k}
+    lines += ["", "## Data mixture", ""]
+    lines += [_yaml_block(data) if data else "Not recorded in the recipe (see the stage recipes above)."]
+    hyper, origin = resolved_hyperparameters(manifest, recipe_data)
+    lines += ["", "## Hyperparameters", "", f"Values {origin}:", ""]
+    lines += [_yaml_block(hyper) if hyper else "Not recorded."]
+    if lora := (manifest or {}).get("lora"):
+        lines += ["", "## LoRA", "", "Trained as a LoRA adapter (merged into these weights):", "", _yaml_block(lora)]
+    lines += _eval_lines(evals, args.eval_results)
+    lines += [
+        "",
+        "## Files",
+        "",
+        "Weights as safetensors shards with `model.safetensors.index.json`; `config.json` with `auto_map` and the "
+        "modeling code (remote code); the tokenizer with its chat template; `generation_config.json` "
+        f"(bos {config.bos_token_id}, eos {config.eos_token_id}, pad {config.pad_token_id}).",
+        "",
+    ]
+    header = card_data(args, config.model_type, evals).to_yaml()
+    return ModelCard(f"---\n{header}\n---\n\n" + "\n".join(lines))
+
+
+# --- loading and writing -------------------------------------------------------------------------------------------
+def load_for_release(args: ReleaseArguments):
+    """The model (with Instella's generation config) and its tokenizer (with a chat template)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
+
+    dtype = "auto" if args.dtype == "auto" else getattr(torch, args.dtype)
+    model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=dtype)
+    config = model.config
+    model.generation_config = GenerationConfig(
+        bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id
+    )
+    tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
+    if args.chat_template:
+        tokenizer.chat_template = Path(args.chat_template).read_text()
+    elif not getattr(tokenizer, "chat_template", None):
+        from instella_recipes.post_training.template import install_chat_template
+
+        install_chat_template(tokenizer)
+    return model, tokenizer
+
+
+def release(args: ReleaseArguments) -> Path:
+    """Write the release folder (and push it when asked); returns its manifest path."""
+    check_arguments(args)
+    evals = read_eval_results(args.eval_results)
+    model_dir, output = Path(args.model_dir), Path(args.output_dir)
+    chain = lineage(model_dir)
+    recipe = args.recipe or find_recipe(chain[0][1] if chain else None)
+    model, tokenizer = load_for_release(args)
+    with atomic_output_dir(output, overwrite=args.overwrite) as tmp:  # an old release is replaced only once complete
+        model.save_pretrained(tmp, max_shard_size=args.max_shard_size)
+        index_single_file(tmp)
+        tokenizer.save_pretrained(tmp)
+        model_card(args, model, recipe, chain, evals).save(tmp / "README.md")
+        if recipe:
+            shutil.copyfile(recipe, tmp / "training_recipe.yaml")
+    shards = sorted(p.name for p in output.glob("*.safetensors"))
+    logger.info(f"release: {len(shards)} shard(s) + index, card, tokenizer -> {output}")
+    if args.push_to_hub:
+        from huggingface_hub import HfApi
+
+        api = HfApi()
+        api.create_repo(args.repo_id, private=args.private, exist_ok=True)
+        api.upload_folder(folder_path=str(output), repo_id=args.repo_id, commit_message=f"Release {output.name}")
+        logger.info(f"pushed to https://huggingface.co/{args.repo_id}")
+    return write_manifest(
+        output,
+        "release",
+        model_dir=str(model_dir),
+        recipe=recipe,
+        eval_results=args.eval_results,
+        shards={name: file_digest(output / name) for name in shards},
+    )
