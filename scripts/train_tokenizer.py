@@ -8,7 +8,6 @@ saves that tokenizer instead (e.g. the OLMo one Instella uses). Either way the o
 and `manifest.json` records which it was.
 """
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from instella_recipes.core import (
     RecipeError,
     exit_on_recipe_error,
     file_digest,
+    iter_jsonl,
     parse_recipe,
     setup_logging,
     write_manifest,
@@ -40,17 +40,10 @@ def read_texts(paths: list[str], column: str) -> list[str]:
     for path in paths:
         if not Path(path).is_file():
             raise RecipeError(f"corpus file {path} does not exist")
-        with open(path) as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise RecipeError(f"{path}:{number}: not valid JSON ({err.msg})") from None
-                if not isinstance(row, dict) or not isinstance(row.get(column), str):
-                    raise RecipeError(f"{path}:{number}: no text column '{column}' (set text_column)")
-                texts.append(row[column])
+        for number, row in iter_jsonl(path):
+            if not isinstance(row.get(column), str):
+                raise RecipeError(f"{path}:{number}: no text column '{column}' (set text_column)")
+            texts.append(row[column])
     if not texts:
         raise RecipeError(f"no text found in {paths}: nothing to train the tokenizer on")
     return texts

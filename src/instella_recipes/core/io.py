@@ -6,10 +6,13 @@ sibling guarantees.
 """
 
 import contextlib
+import json
 import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+
+from .errors import RecipeError
 
 PARTIAL = ".partial"
 
@@ -65,3 +68,25 @@ def atomic_output_dir(path: str | Path, overwrite: bool = False) -> Iterator[Pat
             raise FileExistsError(f"{path} appeared while it was being written")
         shutil.rmtree(path)
     os.replace(tmp, path)
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """`(line number, row)` for each non-blank line of a jsonl file. A line that is not UTF-8, not JSON or not a JSON
+    object is a `RecipeError` naming `file:line` and the fix."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise RecipeError(
+                    f"{path}:{number}: not UTF-8 text ({err.reason}); re-encode the file as UTF-8"
+                ) from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise RecipeError(f"{path}:{number}: malformed JSON ({err.msg}); fix or delete that line") from None
+            if not isinstance(row, dict):
+                raise RecipeError(f"{path}:{number}: each jsonl line must be a JSON object, got {type(row).__name__}")
+            yield number, row

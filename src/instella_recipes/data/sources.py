@@ -21,7 +21,6 @@ source, file and line, raised before any tokenisation starts.
 """
 
 import hashlib
-import json
 import math
 import operator
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 
-from instella_recipes.core import RecipeError
+from instella_recipes.core import RecipeError, iter_jsonl
 
 _BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".txt": "text"}
 _COMPRESSED = (".gz", ".zst", ".bz2", ".xz")  # datasets decompresses these transparently
@@ -151,16 +150,11 @@ def find_bad_json_line(files: list[Path]) -> str | None:
     for path in files:
         if path.suffix != ".jsonl":
             continue
-        with path.open(encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    return f"{path}:{number}: malformed JSON ({err.msg}); fix or delete that line"
-                if not isinstance(row, dict):
-                    return f"{path}:{number}: each jsonl line must be a JSON object, got {type(row).__name__}"
+        try:
+            for _ in iter_jsonl(path):
+                pass
+        except RecipeError as error:
+            return str(error)
     return None
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from instella_recipes.core import RecipeError
+from instella_recipes.core import RecipeError, iter_jsonl
 
 # FastChat llm_judge/common.py temperature_config
 MT_BENCH_TEMPERATURE = {
@@ -38,10 +38,11 @@ def read_alpaca_eval(path) -> list[dict]:
 
 
 def read_mt_bench(path) -> list[dict]:
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    for i, row in enumerate(rows):
+    rows = []
+    for number, row in iter_jsonl(path):
         if not {"question_id", "turns"} <= set(row):
-            raise RecipeError(f"{path}:{i + 1}: expected 'question_id' and 'turns' (FastChat question.jsonl)")
+            raise RecipeError(f"{path}:{number}: expected 'question_id' and 'turns' (FastChat question.jsonl)")
+        rows.append(row)
     return rows
 
 

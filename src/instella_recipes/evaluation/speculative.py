@@ -16,7 +16,6 @@ The counts come from the candidate generator itself: transformers 5.23 calls `ge
 new candidate length) and then `update_candidate_strategy(..., num_matches)` (accepted tokens) once per round.
 """
 
-import json
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 from transformers.utils import logging
 
-from instella_recipes.core import RecipeError, check_model_folder
+from instella_recipes.core import RecipeError, check_model_folder, iter_jsonl
 from instella_recipes.evaluation import humaneval
 
 logger = logging.get_logger(__name__)
@@ -77,11 +76,11 @@ def load_prompts(source: str | Path = HUMANEVAL, limit: int | None = None) -> li
     path = Path(source)
     if not path.is_file():
         raise RecipeError(f"prompts file not found: {path} (or pass `{HUMANEVAL}` for the real HumanEval)")
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    for i, row in enumerate(rows):
-        missing = set(humaneval.REQUIRED_FIELDS) - set(row)
-        if missing:
-            raise RecipeError(f"{path}:{i + 1}: missing fields {sorted(missing)}")
+    rows = []
+    for number, row in iter_jsonl(path):
+        if missing := set(humaneval.REQUIRED_FIELDS) - set(row):
+            raise RecipeError(f"{path}:{number}: missing fields {sorted(missing)}")
+        rows.append(row)
     return rows[:limit] if limit else rows
 
 
