@@ -28,7 +28,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint._nested_dict import unflatten_state_dict
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
 
-from instella_recipes.core import RecipeError
+from instella_recipes.core import RecipeError, atomic_output_dir, partial_path
 
 OPTIMIZER_PREFIXES = ("optim", "optimizer")
 
@@ -162,7 +162,7 @@ def reshard(
         raise RecipeError(f"{destination} already exists: choose a new output directory or pass --overwrite")
     if destination.resolve() == source.resolve():
         raise RecipeError("the output directory must differ from the input checkpoint")
-    partial = destination.with_name(destination.name + ".partial")
+    partial = partial_path(destination)  # DCP writes from every rank; rank 0 renames once all have finished
     if rank == 0 and partial.exists():
         shutil.rmtree(partial)
     if distributed:
@@ -217,11 +217,6 @@ def export_hf(
     model = build_meta_model(config)
     model.load_state_dict(state, strict=True, assign=True)
     model.tie_weights()
-    partial = destination.with_name(destination.name + ".partial")
-    if partial.exists():
-        shutil.rmtree(partial)
-    model.save_pretrained(str(partial))
-    if destination.exists():
-        shutil.rmtree(destination)
-    partial.rename(destination)
+    with atomic_output_dir(destination, overwrite=overwrite) as partial:
+        model.save_pretrained(str(partial))
     return destination

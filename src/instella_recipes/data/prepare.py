@@ -8,8 +8,6 @@ tokenizer, seed, window) are reported and need `--overwrite true`.
 
 import hashlib
 import json
-import os
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -17,7 +15,14 @@ import datasets
 import numpy as np
 from tqdm.auto import tqdm
 
-from instella_recipes.core import RecipeError, file_digest, get_logger, read_manifest, write_manifest
+from instella_recipes.core import (
+    RecipeError,
+    atomic_output_dir,
+    file_digest,
+    get_logger,
+    read_manifest,
+    write_manifest,
+)
 from instella_recipes.data.packing import (
     TOKENS,
     WindowWriter,
@@ -113,6 +118,22 @@ def _get_tokenizer(args: PrepareArguments, loaded: list):
     return train_bpe_tokenizer(texts, vocab_size=args.train_tokenizer_vocab_size)
 
 
+def _write_windows(args, specs, loaded, tokenize, writer: WindowWriter, num_proc: int) -> tuple[dict, int]:
+    """Tokenise and pack every source into `writer`; returns the per-source token counts and the dropped tail
+    tokens. A mixture smaller than one window is an error (the caller's partial folder is then removed)."""
+    if args.streaming:
+        counts = _stream(args, specs, loaded, tokenize, writer)
+    else:
+        counts = _in_memory(args, specs, loaded, tokenize, writer, num_proc)
+    dropped = writer.close()
+    if writer.windows == 0:
+        raise RecipeError(
+            f"the sources hold {writer.tokens_in} tokens, fewer than one window of seq_len {args.seq_len}: "
+            f"add data or lower seq_len"
+        )
+    return counts, dropped
+
+
 def prepare(args: PrepareArguments) -> Path:
     """Build (or reuse) the prepared folder; return its path."""
     if not args.sources:
@@ -147,44 +168,29 @@ def prepare(args: PrepareArguments) -> Path:
         raise RecipeError(f"tokenizer {args.tokenizer} has no EOS token; documents must end with one")
     dtype = token_dtype(len(tokenizer))
 
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    tokenizer.save_pretrained(partial / "tokenizer")
-    writer = WindowWriter(partial / TOKENS, args.seq_len, dtype)
-    tokenize = make_tokenize_fn(tokenizer, eos_id)
-    if args.streaming:
-        counts = _stream(args, specs, loaded, tokenize, writer)
-    else:
-        counts = _in_memory(args, specs, loaded, tokenize, writer, num_proc)
-    dropped = writer.close()
-    if writer.windows == 0:
-        shutil.rmtree(partial)
-        raise RecipeError(
-            f"the sources hold {writer.tokens_in} tokens, fewer than one window of seq_len {args.seq_len}: "
-            f"add data or lower seq_len"
+    # overwrite: an existing folder was refused above unless --overwrite; it is replaced only once complete
+    with atomic_output_dir(out, overwrite=True) as partial:
+        tokenizer.save_pretrained(partial / "tokenizer")
+        writer = WindowWriter(partial / TOKENS, args.seq_len, dtype)
+        counts, dropped = _write_windows(args, specs, loaded, make_tokenize_fn(tokenizer, eos_id), writer, num_proc)
+        tok_json = partial / "tokenizer" / "tokenizer.json"
+        write_manifest(
+            partial,
+            STAGE,
+            fingerprint=digest,
+            inputs=inputs,
+            tokens=counts,
+            seq_len=args.seq_len,
+            num_windows=writer.windows,
+            total_tokens=writer.windows * args.seq_len,
+            dropped_tail_tokens=dropped,
+            dtype=dtype.name,
+            eos_token_id=eos_id,
+            bos_added=False,
+            vocab_size=len(tokenizer),
+            tokenizer_sha256=file_digest(tok_json) if tok_json.exists() else None,
+            seed=args.seed,
         )
-    tok_json = partial / "tokenizer" / "tokenizer.json"
-    write_manifest(
-        partial,
-        STAGE,
-        fingerprint=digest,
-        inputs=inputs,
-        tokens=counts,
-        seq_len=args.seq_len,
-        num_windows=writer.windows,
-        total_tokens=writer.windows * args.seq_len,
-        dropped_tail_tokens=dropped,
-        dtype=dtype.name,
-        eos_token_id=eos_id,
-        bos_added=False,
-        vocab_size=len(tokenizer),
-        tokenizer_sha256=file_digest(tok_json) if tok_json.exists() else None,
-        seed=args.seed,
-    )
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(partial, out)
     logger.info(f"prepare_data: wrote {writer.windows} windows of {args.seq_len} tokens to {out}")
     return out
 
