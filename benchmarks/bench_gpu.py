@@ -253,6 +253,7 @@ def liger_rows(args, device, peak) -> list[dict]:
             model, why = prepare(arch, config_for(arch, args.smoke), "sdpa", device, liger=variant == "liger")
             if model is None:
                 row["status"] = why
+                free(device)  # the model built before the patch was refused
                 break
             row[variant] = measure(model, device, 1, args.seq, args.steps, args.warmup, args.amp, flops_token, peak)
             del model

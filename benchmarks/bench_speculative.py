@@ -40,7 +40,7 @@ from instella_recipes.evaluation import speculative as spec
 # thin target (the MobileLLM shape argument) therefore costs ~10-20x its draft per step while staying small enough
 # (6.5M parameters) to train to a peaked distribution in minutes; checking k+1 tokens costs about one step. A wider
 # target (512 x 8, 26M) trained 4x slower and was still at the unigram loss after the time budget.
-SIZES = {"target": (256, 8, 4), "draft": (64, 2, 2)}
+SIZES = {"target": (192, 8, 3), "draft": (64, 2, 2)}
 SMOKE_SIZES = {"target": (64, 2, 2), "draft": (32, 1, 2)}
 
 
@@ -115,6 +115,24 @@ def decode_seconds_per_token(model, input_ids, tokens: int, repeats: int = 3) ->
     return statistics.median((run(tokens + 1) - run(1)) / tokens for _ in range(repeats))
 
 
+def output_diversity(model, tokenizer, prompts, new_tokens: int) -> dict:
+    """How far the target's greedy continuations are from a trivial loop (which any draft predicts, giving a
+    meaningless acceptance of 1): distinct token ids, the most frequent token's share, and the first continuation."""
+    from collections import Counter
+
+    counts, first = Counter(), None
+    for p in prompts:
+        ids = tokenizer(p["prompt"], return_tensors="pt").input_ids
+        with torch.inference_mode():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                                 do_sample=False, eos_token_id=None, pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+        new = out[0, ids.shape[1] :].tolist()
+        counts.update(new)
+        first = first if first is not None else tokenizer.decode(new)
+    total = sum(counts.values())
+    return {"distinct": len(counts), "tokens": total, "top_share": counts.most_common(1)[0][1] / total, "first": first}
+
+
 def build_pair(args, sizes, root: Path) -> dict:
     """Corpus, tokenizer, trained target and draft saved under `root`; returns what the report needs."""
     texts = stdlib_sources(args.corpus_bytes)
@@ -135,7 +153,7 @@ def build_pair(args, sizes, root: Path) -> dict:
     return info
 
 
-def report(args, sizes, info, rows, costs) -> str:
+def report(args, sizes, info, rows, costs, diversity) -> str:
     n_tok = args.batch * args.seq_len
     lines = [
         f"Corpus: {info['files']} top-level stdlib modules of Python {sys.version.split()[0]} "
@@ -174,6 +192,14 @@ def report(args, sizes, info, rows, costs) -> str:
             f"[{s['speedup_min']:.2f}, {s['speedup_max']:.2f}] | {bound:.2f}x | "
             f"{s['identical_outputs']}/{s['prompts']} |"
         )
+    first = diversity["first"][:240].replace("`", "'")
+    lines += [
+        "",
+        "How far from a trivial loop (which any draft predicts) the target's greedy continuations are: "
+        f"{diversity['distinct']} distinct token ids in "
+        f"{diversity['tokens']} generated tokens, the most frequent one {100 * diversity['top_share']:.0f}% of them. "
+        f"First prompt's continuation: `{first!r}`",
+    ]
     return "\n".join(lines)
 
 
@@ -182,8 +208,8 @@ def main(argv=None) -> int:
     parser.add_argument("--vocab", type=int, default=1024)
     parser.add_argument("--seq_len", type=int, default=256)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--target_steps", type=int, default=250)
-    parser.add_argument("--draft_steps", type=int, default=500)
+    parser.add_argument("--target_steps", type=int, default=800)
+    parser.add_argument("--draft_steps", type=int, default=1000)
     parser.add_argument("--corpus_bytes", type=int, default=None, help="stop reading the stdlib after this many")
     parser.add_argument("--prompts", type=int, default=8, help="the first N HumanEval prompts")
     parser.add_argument("--new_tokens", type=int, default=48)
@@ -212,7 +238,8 @@ def main(argv=None) -> int:
                                gen_overrides={"eos_token_id": None})  # fmt: skip
         rows.append((k, result.summary()))
         print(f"k={k}: {rows[-1][1]}", flush=True)
-    body = report(args, sizes, info, rows, costs)
+    diversity = output_diversity(target, tok, prompts, args.new_tokens)
+    body = report(args, sizes, info, rows, costs, diversity)
     print(body)
     if args.smoke:
         return 0
