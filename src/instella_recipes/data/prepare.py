@@ -18,6 +18,8 @@ from tqdm.auto import tqdm
 from instella_recipes.core import (
     RecipeError,
     atomic_output_dir,
+    check_positive,
+    check_range,
     file_digest,
     get_logger,
     read_manifest,
@@ -70,6 +72,14 @@ class PrepareArguments:
     shuffle_buffer: int = field(default=10000, metadata={"help": "Streaming: documents in the shuffle buffer."})
     max_tokens: int | None = field(default=None, metadata={"help": "Streaming: stop after this many tokens."})
     overwrite: bool = field(default=False, metadata={"help": "Rebuild an output folder made from other inputs."})
+
+    def __post_init__(self):
+        check_positive(self, "seq_len", "batch_size", "shuffle_buffer")
+        check_range("train_tokenizer_vocab_size", self.train_tokenizer_vocab_size, 1, integer=True, allow_none=True)
+        check_range("num_proc", self.num_proc, 1, integer=True, allow_none=True)
+        check_range("total_tokens", self.total_tokens, 1, integer=True, allow_none=True)
+        check_range("max_tokens", self.max_tokens, 1, integer=True, allow_none=True)
+        check_range("seed", self.seed, 0, integer=True)
 
 
 def _tokenizer_identity(args: PrepareArguments) -> str:

@@ -13,8 +13,10 @@ from transformers import AutoModelForCausalLM
 from trl import get_peft_config
 
 import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
+from instella_recipes.checkpoint.safetensors_io import check_model_finite
 from instella_recipes.core import (
     check_model_folder,
+    check_range,
     file_digest,
     get_logger,
     read_manifest,
@@ -54,13 +56,15 @@ class PostTrainArgs:
     )
 
     def __post_init__(self):
+        check_range("max_skip_fraction", self.max_skip_fraction, 0, 1)
+        check_range("global_batch_size", self.global_batch_size, 1, integer=True, allow_none=True)
+        check_range("max_samples", self.max_samples, 1, integer=True, allow_none=True)
+        check_range("cpu_threads", self.cpu_threads, 1, integer=True, allow_none=True)
         self.sources = [_parse_source(s) for s in self.sources]
         if self.cpu_threads:  # tiny models: thread sync costs more than a second core gains
             torch.set_num_threads(self.cpu_threads)
         if self.overlong not in OVERLONG_POLICIES:
             raise ValueError(f"overlong must be one of {OVERLONG_POLICIES}, not '{self.overlong}'")
-        if not 0 <= self.max_skip_fraction <= 1:
-            raise ValueError(f"max_skip_fraction must be in [0, 1], not {self.max_skip_fraction}")
 
 
 def _parse_source(source) -> dict:
@@ -97,9 +101,11 @@ def load_model(model_args):
     check_model_path(model_args)
     path = model_args.model_name_or_path
     dtype = getattr(torch, model_args.dtype) if model_args.dtype not in (None, "auto") else model_args.dtype
-    return AutoModelForCausalLM.from_pretrained(
+    model = AutoModelForCausalLM.from_pretrained(
         path, dtype=dtype, attn_implementation=model_args.attn_implementation, revision=model_args.model_revision
     )
+    check_model_finite(model, f"model_name_or_path {path}")
+    return model
 
 
 def check_launch(args: PostTrainArgs, training_args, model, tokenizer) -> None:

@@ -61,6 +61,15 @@ class NonFiniteCallback(TrainerCallback):
         self.trainer = trainer
         self.max_consecutive = max_consecutive
         self.diverged_at: int | None = None
+        self.start_step = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start_step = state.global_step  # after a resume: the checkpoint's step
+
+    def all_skipped(self) -> bool:
+        """This session ran steps and skipped every one of them (nothing was trained: a failure, not a result)."""
+        ran = self.trainer.state.global_step - self.start_step
+        return ran > 0 and self.trainer.skipped_steps >= ran
 
     def on_step_end(self, args, state, control, **kwargs):
         streak = self.trainer.nonfinite_streak

@@ -17,6 +17,7 @@ from transformers import AutoConfig, TrainingArguments, default_data_collator
 
 from instella_recipes.core import (
     RecipeError,
+    check_range,
     config_path,
     file_digest,
     get_logger,
@@ -28,7 +29,7 @@ from instella_recipes.core import (
 from instella_recipes.data.packing import PackedWindows
 from instella_recipes.data.tokenizer import load_tokenizer
 from instella_recipes.training.callbacks import NonFiniteCallback, PreemptionCallback
-from instella_recipes.training.checkpoints import STAGING, resolve_resume
+from instella_recipes.training.checkpoints import STAGING, complete_checkpoints, resolve_resume
 from instella_recipes.training.checks import check_global_batch, check_tokenizer_fits
 from instella_recipes.training.model_factory import build_model
 
@@ -66,6 +67,11 @@ class PretrainArguments:
     )
     fsdp_reduce_dtype: str | None = field(default="float32", metadata={"help": "FSDP bf16: gradient reduce dtype."})
 
+    def __post_init__(self):
+        check_range("global_batch_size", self.global_batch_size, 1, integer=True, allow_none=True)
+        check_range("max_consecutive_nonfinite", self.max_consecutive_nonfinite, 1, integer=True)
+        check_range("torch_num_threads", self.torch_num_threads, 1, integer=True, allow_none=True)
+
 
 def _as_dict(value, name: str) -> dict | None:
     if value is None or isinstance(value, dict):
@@ -93,7 +99,8 @@ def run_identity(script: PretrainArguments, train: TrainingArguments, data_manif
 
 
 def check_output_dir(output_dir: Path, identity: dict) -> dict | None:
-    """None to go on; the finished manifest when this very run is already complete. Another run's folder raises."""
+    """None to go on; the finished manifest when this very run is already complete. Another run's folder raises;
+    a folder is another run's only once that run wrote a manifest or a checkpoint."""
     manifest = read_manifest(output_dir)
     if manifest is not None:
         if manifest.get("stage") == STAGE and manifest.get("run", {}).get("fingerprint") == identity["fingerprint"]:
@@ -103,6 +110,10 @@ def check_output_dir(output_dir: Path, identity: dict) -> dict | None:
             f"(manifest.json); choose another output_dir"
         )
     run_file = output_dir / RUN_FILE
+    if run_file.is_file() and not complete_checkpoints(output_dir):
+        # A run that stopped before its first checkpoint left nothing to resume: it does not pin the folder.
+        logger.info(f"pretrain: {output_dir} holds no checkpoint of its earlier run; starting this run there")
+        return None
     if run_file.is_file():
         previous = json.loads(run_file.read_text())
         if previous.get("fingerprint") != identity["fingerprint"]:
@@ -277,6 +288,13 @@ def pretrain(script: PretrainArguments, train: TrainingArguments, argv: list[str
     trainer.train(resume_from_checkpoint=resume)
     if nonfinite.diverged_at is not None:
         _report_divergence(script, trainer, nonfinite, output_dir)
+    if nonfinite.all_skipped():
+        logger.error(
+            f"every one of the {trainer.state.global_step - nonfinite.start_step} steps of this run was skipped "
+            f"(non-finite loss or gradients): nothing was trained and no final model or manifest was written. Check "
+            f"the input weights and the data, or lower the learning rate."
+        )
+        raise SystemExit(3)
     if preemption.preempted:
         logger.info(f"pretrain: pre-empted; saved checkpoint-{trainer.state.global_step}. Rerun to resume.")
         return 0
