@@ -240,7 +240,24 @@ def _save_final(trainer, script, train, dataset, data_manifest, identity, output
 
 
 def pretrain(script: PretrainArguments, train: TrainingArguments, argv: list[str]) -> int:
-    """One pretraining run; returns the exit code (0, or 3 after a divergence, via SystemExit)."""
+    """One pretraining run; returns the exit code (0, or 3 after a divergence, via SystemExit). SIGTERM/SIGUSR1 at
+    any phase end it with 0 in a consistent state: before training nothing is written, during training a checkpoint
+    is saved, during the final save that save completes."""
+    preemption = PreemptionCallback()
+    preemption.install()
+    try:
+        return _pretrain(script, train, argv, preemption)
+    finally:
+        preemption.restore()
+
+
+def _stop_before_training(preemption: PreemptionCallback, where: str) -> bool:
+    if preemption.requested:
+        logger.info(f"pretrain: pre-empted during start-up ({where}); nothing was written. Rerun to start.")
+    return preemption.requested
+
+
+def _pretrain(script: PretrainArguments, train: TrainingArguments, argv: list[str], preemption) -> int:
     from instella_recipes.training.pretrain_trainer import PretrainTrainer
 
     script.model_config = _as_dict(script.model_config, "model_config")
@@ -269,9 +286,10 @@ def pretrain(script: PretrainArguments, train: TrainingArguments, argv: list[str
     resume = resolve_resume(train.resume_from_checkpoint, output_dir)
     if resume is not None and not Path(resume).is_dir():
         raise RecipeError(f"resume_from_checkpoint {resume} does not exist")
+    if _stop_before_training(preemption, "after loading the model and data"):
+        return 0
     _prepare_output_dir(output_dir, identity, train)
 
-    preemption = PreemptionCallback()
     trainer = PretrainTrainer(
         model=model,
         args=train,
@@ -283,6 +301,8 @@ def pretrain(script: PretrainArguments, train: TrainingArguments, argv: list[str
     )
     nonfinite = NonFiniteCallback(trainer, script.max_consecutive_nonfinite)
     trainer.add_callback(nonfinite)
+    if _stop_before_training(preemption, "after building the trainer"):
+        return 0
     if resume:
         logger.info(f"pretrain: resuming from {resume}")
     trainer.train(resume_from_checkpoint=resume)
