@@ -16,6 +16,7 @@ import modeling_instella  # noqa: F401  (registers "instella" with the Auto clas
 from instella_recipes.checkpoint.safetensors_io import check_model_finite
 from instella_recipes.core import (
     check_model_folder,
+    check_output_location,
     check_range,
     file_digest,
     get_logger,
@@ -205,6 +206,7 @@ def recipe_path(argv: list[str] | None) -> str | None:
 def build_trainer_for(trainer_cls, prepare, args: PostTrainArgs, training_args, model_args, **mixture_kwargs):
     """What SFT and DPO share up to a ready trainer: tokenizer with the chat template, the checked data mixture
     (`prepare` tokenizes it and reports skips), the model, the launch checks. Returns (trainer, data report)."""
+    check_output_location(training_args.output_dir)
     tokenizer = load_tokenizer_with_template(args, model_args)
     # Rank 0 builds and tokenizes the mixture first; the other ranks then load it from the datasets cache
     # (accelerate's `main_process_first`, as TRL's own dataset preparation does).

@@ -254,7 +254,9 @@ _NOT_RESULT_DECIDING = (
 
 def run(args: SyntheticArgs, backend: Backend | None = None, pool: SandboxPool | None = None) -> dict:
     """Run (or resume) the pipeline; returns the summary. `backend`/`pool` are injectable for tests."""
-    output_dir = Path(args.output_dir)
+    from instella_recipes.core import check_output_location
+
+    output_dir = check_output_location(args.output_dir)
     rows = read_seeds(args.seeds, args.seeds_split, args.max_seeds, args.seeds_config)
     seed_rejections: Counter = Counter()
     states = _seed_states(rows, seed_rejections)

@@ -17,6 +17,7 @@ from transformers import AutoConfig, TrainingArguments, default_data_collator
 
 from instella_recipes.core import (
     RecipeError,
+    check_output_location,
     check_range,
     config_path,
     file_digest,
@@ -263,7 +264,7 @@ def _pretrain(script: PretrainArguments, train: TrainingArguments, argv: list[st
     script.model_config = _as_dict(script.model_config, "model_config")
     script.plugin_args = _as_dict(script.plugin_args, "plugin_args") or {}
     train.output_dir = train.output_dir.format(seed=train.seed)
-    output_dir = Path(train.output_dir)
+    output_dir = check_output_location(train.output_dir)
     if script.torch_num_threads:
         import torch
 
