@@ -96,8 +96,10 @@ def _directives(pipeline: Pipeline, stage: Stage, res: dict, dependencies: list[
 
 
 def job_argv(pipeline: Pipeline, stage: Stage, variables: list[str], slurm: list[str], force: bool) -> list[str]:
-    argv = [sys.executable, "-m", "instella_recipes.pipeline.slurm", "job", "--config", str(pipeline.path.resolve())]
-    argv += ["--output_dir", str(pipeline.output_dir.resolve()), "--stage", stage.name]
+    # The paths as given, run from the same folder (the batch script cds there): the stage identity (its rendered
+    # recipe names the pipeline file) is then the same inside the job as in this process.
+    argv = [sys.executable, "-m", "instella_recipes.pipeline.slurm", "job", "--config", str(pipeline.path)]
+    argv += ["--output_dir", str(pipeline.output_dir), "--stage", stage.name]
     argv += [f"--set={v}" for v in variables] + [f"--slurm={s}" for s in slurm]
     return argv + (["--force"] if force else [])
 
@@ -110,7 +112,7 @@ def batch_script(pipeline: Pipeline, stage: Stage, res: dict, dependencies: list
 # pipeline {pipeline.path}, stage '{stage.name}' (scripts/pipeline.py --executor slurm)
 {head}
 set -uo pipefail
-cd {shlex.quote(str(ROOT))}
+cd {shlex.quote(os.getcwd())}
 echo "[$(date +%T)] {stage.name}: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, restart ${{SLURM_RESTART_COUNT:-0}}"
 preempted=0
 # Pre-emption: pass USR1 on to the training processes of every step (they save a checkpoint and exit 0); the
