@@ -132,8 +132,8 @@ def test_tiny_pipeline_through_slurm_then_resubmission_skips(tmp_path, capsys):
     small = ["hidden_size=32", "intermediate_size=64", "num_layers=2", "stage1_epochs=1", "stage2_steps=2",
              "n_train_problems=60"]  # fmt: skip
     argv = ["--config", "recipes/tiny/pipeline.yaml", "--output_dir", str(tmp_path / "demo"), "--executor", "slurm"]
-    argv += [f"--set={s}" for s in small]
-    argv += [f"--stage={s}" for s in ("data", "tokenizer", "prepare", "stage1", "stage2", "merge")]
+    argv += [item for s in small for item in ("--set", s)]
+    argv += [item for s in ("data", "tokenizer", "prepare", "stage1", "stage2", "merge") for item in ("--stage", s)]
     assert main([*argv, "--wait"]) == 0
     out = capsys.readouterr().out
     assert "stage2_6198: submitted job" in out and "after stage1, prepare" in out
@@ -170,10 +170,10 @@ def test_preempted_training_is_requeued_and_ends_bit_exact(tmp_path, data_dir, c
 
 @needs_slurm
 def test_two_processes_under_srun_match_one_and_resume_on_one(tmp_path, data_dir):
-    """accelerate_configs/cpu_2proc.yaml under `srun` (2 tasks, gloo): the run sees world size 2; its losses match a
+    """accelerate_configs/cpu_2proc_srun.yaml under `srun` (2 tasks, gloo): the run sees world size 2; its losses match a
     1-process run of the same global batch (4 = 2 x 2 processes = 2 x 2 accumulation); its checkpoint resumes on 1."""
     args = _pretrain_args(data_dir, max_steps=4, save_steps=2, per_device_train_batch_size=2)
-    stage = {"name": "ddp", "command": "scripts/pretrain.py", "accelerate_config": "accelerate_configs/cpu_2proc.yaml",
+    stage = {"name": "ddp", "command": "scripts/pretrain.py", "accelerate_config": "accelerate_configs/cpu_2proc_srun.yaml",
              "args": args, "slurm": {"ntasks_per_node": 2}}  # fmt: skip
     path = _pipeline(tmp_path, [stage], env=ENV)
     assert main(["--config", str(path), "--executor", "slurm", "--wait"]) == 0

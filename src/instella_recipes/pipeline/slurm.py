@@ -92,7 +92,8 @@ def _directives(pipeline: Pipeline, stage: Stage, res: dict, dependencies: list[
         lines += [f"--signal=B:USR1@{res['preempt_signal_s']}", "--requeue"]
     if dependencies:
         lines += [f"--dependency=afterok:{':'.join(dependencies)}", "--kill-on-invalid-dep=yes"]
-    return lines + [str(a) for a in res.get("sbatch_args") or []]
+    extra = res.get("sbatch_args") or []
+    return lines + (shlex.split(extra) if isinstance(extra, str) else [str(a) for a in extra])
 
 
 def job_argv(pipeline: Pipeline, stage: Stage, variables: list[str], slurm: list[str], force: bool) -> list[str]:
