@@ -170,10 +170,12 @@ def test_preempted_training_is_requeued_and_ends_bit_exact(tmp_path, data_dir, c
 
 @needs_slurm
 def test_two_processes_under_srun_match_one_and_resume_on_one(tmp_path, data_dir):
-    """accelerate_configs/cpu_2proc_srun.yaml under `srun` (2 tasks, gloo): the run sees world size 2; its losses match a
-    1-process run of the same global batch (4 = 2 x 2 processes = 2 x 2 accumulation); its checkpoint resumes on 1."""
+    """accelerate_configs/cpu_2proc_srun.yaml under `srun` (2 tasks, gloo): the run sees world size 2; its losses
+    match a 1-process run of the same global batch (4 = 2 x 2 processes = 2 x 2 accumulation);
+    its checkpoint resumes on 1."""
     args = _pretrain_args(data_dir, max_steps=4, save_steps=2, per_device_train_batch_size=2)
-    stage = {"name": "ddp", "command": "scripts/pretrain.py", "accelerate_config": "accelerate_configs/cpu_2proc_srun.yaml",
+    config = "accelerate_configs/cpu_2proc_srun.yaml"
+    stage = {"name": "ddp", "command": "scripts/pretrain.py", "accelerate_config": config,
              "args": args, "slurm": {"ntasks_per_node": 2}}  # fmt: skip
     path = _pipeline(tmp_path, [stage], env=ENV)
     assert main(["--config", str(path), "--executor", "slurm", "--wait"]) == 0
