@@ -300,16 +300,17 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False) -> dict:
-    """Run one stage whose inputs are complete; return its run record or raise `StageFailed`. The stage folder is
-    locked for the whole run (a `RecipeError` when another run holds it)."""
+def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False, launcher=None) -> dict:
+    """Run one stage whose inputs are complete; return its run record or raise `StageFailed`. `launcher(argv)`
+    (the executor seam) may wrap the command, e.g. in `srun` inside a Slurm job (pipeline/slurm.py). The stage
+    folder is locked for the whole run (a `RecipeError` when another run holds it)."""
     for name in stage.inputs:
         require_complete(pipeline.output_of(pipeline.stage(name)), f"stage '{stage.name}' input '{name}'")
     with stage_lock(pipeline, stage) as lock_fd:
-        return _run_locked(pipeline, stage, lock_fd, bar, verbose)
+        return _run_locked(pipeline, stage, lock_fd, bar, verbose, launcher)
 
 
-def _run_locked(pipeline: Pipeline, stage: Stage, lock_fd: int, bar, verbose: bool) -> dict:
+def _run_locked(pipeline: Pipeline, stage: Stage, lock_fd: int, bar, verbose: bool, launcher) -> dict:
     output, status = pipeline.output_of(stage), stage_status(pipeline, stage)
     if status == "stale" or (output / MANIFEST).exists():
         shutil.rmtree(output)  # made by another recipe or input: start clean (entry points refuse foreign runs)
@@ -320,6 +321,7 @@ def _run_locked(pipeline: Pipeline, stage: Stage, lock_fd: int, bar, verbose: bo
         resolved.parent.mkdir(parents=True, exist_ok=True)
         resolved.write_text(render_recipe(pipeline, stage))
     argv = command_line(pipeline, stage)
+    argv = launcher(argv) if launcher is not None else argv
     log = log_path(pipeline, stage)
     log.parent.mkdir(parents=True, exist_ok=True)
     record = {
