@@ -12,14 +12,19 @@ gradients are read inside each update by a `plugins:` callback (the user feature
 
 import importlib
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from instella_recipes.scripts.pretrain import main
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainingArguments
 
+from instella_recipes.core import parse_recipe
+from instella_recipes.training.pretrain import PretrainArguments
 from tests.pretrain_utils import prepare_tiny, pretrain_argv
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PLUGIN_MODULE = "tests.test_exactness_pretrain"
@@ -200,3 +205,30 @@ def test_load_optimizer_state_without_a_saved_state_is_a_clear_error(data_dir, t
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2 and "save_optimizer_state: true" in capsys.readouterr().err
+
+
+def _recipe(name):
+    return parse_recipe([PretrainArguments, TrainingArguments], ["--config", str(RECIPES / name), "--use_cpu", "true"])
+
+
+@pytest.mark.parametrize(
+    "name, steps, batch, per_device, offset",
+    [
+        ("amd-llama-135m/pretrain.yaml", 320_000, 512, 16, 0.0),
+        ("amd-llama-135m/code_finetune.yaml", 42_000, 256, 8, 0.5),
+    ],
+)
+def test_amd_llama_recipes_run_as_the_released_code(name, steps, batch, per_device, offset):
+    script, train = _recipe(name)
+    assert train.seed == 3407 and train.max_steps == steps  # tinyllama*.py: default_seed, max_step
+    assert script.global_batch_size == batch == per_device * train.gradient_accumulation_steps * 32  # 4 x 8 GPUs
+    assert "4 nodes x 8 GPUs (32)" in (RECIPES / name).read_text().splitlines()[0]
+    assert train.lr_scheduler_kwargs == {"alpha_f": 0.1, "warmup_start_factor": 0.0, "lr_step_offset": offset}
+    assert train.warmup_steps == 2000
+
+
+def test_instella_stage1_leaves_and_stage2_loads_the_adamw_state():
+    s1, _ = _recipe("instella-3b/pretrain_stage1.yaml")
+    s2, _ = _recipe("instella-3b/pretrain_stage2.yaml")
+    assert s1.save_optimizer_state and not s1.load_optimizer_state
+    assert s2.load_optimizer_state and s2.model_name_or_path
