@@ -1,6 +1,6 @@
 """Pretraining on prepared packed windows with the transformers Trainer: everything `scripts/pretrain.py` runs.
 
-The model comes from `model_name_or_path` (continue from a checkpoint with a fresh optimizer and schedule: stage 2)
+The model comes from `model_name_or_path` (continue from a checkpoint with a new schedule: stage 2)
 or from `model_config` (from scratch). Every input check runs before the first step; see docs/pretraining.md.
 `pretrain(script, train, argv)` is the whole run: checks, trainer, train, then the final model and manifest.
 """
