@@ -238,6 +238,7 @@ def _save_final(trainer, script, train, dataset, data_manifest, identity, output
         data_dir=str(script.data_dir),
         data_fingerprint=data_manifest.get("fingerprint"),
         seed=train.seed,
+        world_size=train.world_size,  # the processes that trained it, as the run saw them
         global_step=trainer.state.global_step,
         skipped_steps=trainer.skipped_steps,
         final_loss=losses[-1] if losses else None,
