@@ -11,7 +11,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import os
 import random
 import sys
 from collections import Counter
@@ -19,6 +18,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from tqdm.auto import tqdm
+
+from instella_recipes.core import RecipeError, atomic_file, atomic_write_text
 
 from .backends import Backend, make_backend
 from .journal import Journal
@@ -137,7 +138,6 @@ def _check_backend(deferred: dict[str, str], states: list, max_fraction: float) 
 
 def read_seeds(source: str, split: str = "train", max_rows: int | None = None, name: str | None = None) -> list[dict]:
     """GSM8K rows from a local .jsonl/.json/.parquet file or a Hub dataset id (through `datasets`)."""
-    from instella_recipes.core import RecipeError
 
     path = Path(source)
     if not source:
@@ -184,7 +184,6 @@ def _seed_states(rows: list[dict], counts: Counter) -> list[SeedState]:
 
 
 def _check_run_config(output_dir: Path, config: dict) -> None:
-    from instella_recipes.core import RecipeError
 
     path = output_dir / "run_config.json"
     if path.is_file():
@@ -196,9 +195,7 @@ def _check_run_config(output_dir: Path, config: dict) -> None:
                 f"settings, or choose a new output_dir"
             )
     else:
-        tmp = path.with_suffix(".partial")
-        tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def _schema():
@@ -220,17 +217,15 @@ def _schema():
 
 def _write_rows(rows: list[dict], path: Path, fmt: str) -> None:
     """Write aside, then rename: a file with the final name is always complete."""
-    tmp = path.with_name(path.name + ".partial")
     if fmt == "jsonl":
-        with open(tmp, "w") as handle:
-            for row in rows:
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        with atomic_file(path) as handle:
+            handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     else:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        pq.write_table(pa.Table.from_pylist(rows, schema=_schema()), tmp)
-    os.replace(tmp, path)
+        with atomic_file(path, "wb") as handle:
+            pq.write_table(pa.Table.from_pylist(rows, schema=_schema()), handle)
 
 
 def dedup(rows: list[dict]) -> tuple[list[dict], int]:
@@ -272,7 +267,6 @@ def run(args: SyntheticArgs, backend: Backend | None = None, pool: SandboxPool |
 @contextlib.contextmanager
 def _exclusive(output_dir: Path):
     """One run per output folder: two runs appending to the same journals would duplicate work."""
-    from instella_recipes.core import RecipeError
 
     with open(output_dir / ".lock", "w") as handle:
         try:
@@ -292,8 +286,6 @@ def _run_locked(args, output_dir, states, seed_rejections, n_rows, backend, pool
             try:
                 pool = SandboxPool(args.sandbox_config())
             except SandboxUnavailable as err:
-                from instella_recipes.core import RecipeError
-
                 raise RecipeError(str(err)) from None
         try:
             backend = backend or make_backend(
@@ -340,9 +332,7 @@ def finish(args: SyntheticArgs, output_dir: Path, states: list[SeedState], seed_
         "splits": files,
         "rejections": dict(sorted(rejections.items())),
     }
-    tmp = output_dir / "summary.json.partial"
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    os.replace(tmp, output_dir / "summary.json")
+    atomic_write_text(output_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     write_manifest(output_dir, "synthetic_gsm8k", recipe=asdict(args), summary=summary)
     return summary
 
