@@ -57,7 +57,9 @@ def check_program(problem: dict, completion: str) -> str:
 
 def sandbox_config(timeout: float = DEFAULT_TIMEOUT, workers: int = 2) -> SandboxConfig:
     """The synthetic-GSM8K limits (1 GiB, one process, no network) with HumanEval's per-program time limit."""
-    return SandboxConfig(workers=workers, wall_seconds=timeout, cpu_seconds=timeout)
+    # The wall clock is the limit; CPU time (which never runs ahead of wall time for one process) is a backstop one
+    # second later, so a hang is always reported as `timeout`, not `cpu_limit` depending on which fired first.
+    return SandboxConfig(workers=workers, wall_seconds=timeout, cpu_seconds=timeout + 1)
 
 
 @dataclass
