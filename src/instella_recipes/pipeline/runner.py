@@ -177,6 +177,9 @@ def _die_with_runner(runner_pid: int):
             return
         if os.getppid() != runner_pid:  # the runner died before prctl took effect
             os.kill(os.getpid(), signal.SIGTERM)
+        # A pre-emption request (USR1, see forward_preemption) that lands before the training has installed its
+        # own handler must not kill the stage: ignored until then (an exec keeps SIG_IGN; it resets handlers).
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
     return preexec
 
@@ -277,6 +280,26 @@ def stage_lock(pipeline: Pipeline, stage: Stage):
 
 
 @contextlib.contextmanager
+def forward_preemption(pgid: int):
+    """While a stage runs, SIGUSR1 to the runner (Slurm's `--signal=B:USR1` through the batch shell, or a user's
+    `kill -USR1`) goes on to the stage's process group: the stage runs in its own session, so a signal to the
+    runner's group no longer reaches it, and the training saves a checkpoint and exits 0 on it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, _frame):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+@contextlib.contextmanager
 def stop_on_signals():
     """While the pipeline runs, SIGTERM and SIGHUP raise `PipelineInterrupted` in the main thread (as SIGINT raises
     KeyboardInterrupt), so the running stage is stopped instead of being orphaned."""
@@ -348,8 +371,9 @@ def _run_locked(pipeline: Pipeline, stage: Stage, lock_fd: int, bar, verbose: bo
         proc = _start_stage(argv, _child_env(pipeline, stage), lock_fd)
         watchdog = _start_watchdog(proc.pid)
         try:
-            tail = _stream(proc, handle, bar, verbose)
-            code = proc.wait()
+            with forward_preemption(proc.pid):
+                tail = _stream(proc, handle, bar, verbose)
+                code = proc.wait()
         except BaseException:  # a signal or an engine error: do not leave the stage's processes running
             _stop_stage(proc)
             os.close(watchdog)
