@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sandbox-tools demo test lint format clean
+.PHONY: setup sandbox-tools slurm-local slurm-stop demo test lint format clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,10 +24,19 @@ sandbox-tools:
 	@command -v bwrap >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) \
 		|| echo "note: bubblewrap not installed (apt-get install bubblewrap); sandbox tests will skip"
 
+# A real one-node Slurm (slurm-wlm + munge from Debian when root; daemons started by hand, no systemd) for the Slurm
+# executor and its tests (tests/test_slurm.py); without it those tests skip with a reason. `make slurm-stop` ends it.
+slurm-local:
+	@bash scripts/slurm/local_cluster.sh start \
+		|| echo "note: no local Slurm (needs root + apt, or slurm-wlm installed); Slurm tests will skip"
+
+slurm-stop:
+	bash scripts/slurm/local_cluster.sh stop
+
 demo: setup
 	$(PY) scripts/pipeline.py --config recipes/tiny/pipeline.yaml
 
-test: setup sandbox-tools
+test: setup sandbox-tools slurm-local
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q

@@ -4,17 +4,20 @@ Each stage is one of the project's entry points (or `lm_eval`) with its recipe a
 dependency order; logs go to `<output_dir>/logs/<stage>.log`. Re-running skips the stages whose outputs are
 complete (manifest present, same recipe, arguments and inputs) and redoes the rest. `--stage NAME` runs one stage
 (or one matrix entry, e.g. all three stage-2 seeds) after checking that its inputs are complete, which is how a
-cluster runs the published recipe stage by stage. The format is described in `instella_recipes/pipeline/graph.py` and
-docs/pipeline.md.
+cluster runs the published recipe stage by stage. `--executor slurm` submits each stage as one sbatch job chained
+to its inputs' jobs (`--wait` follows them; see instella_recipes/pipeline/slurm.py and docs/slurm.md).
+The format is described in `instella_recipes/pipeline/graph.py` and docs/pipeline.md.
 """
 
 import shlex
 import sys
+import time
 from dataclasses import dataclass, field
 
 from instella_recipes.core import RecipeError, config_path, exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.pipeline.graph import command_line, load_pipeline
 from instella_recipes.pipeline.runner import StageFailed, run_pipeline, stage_status
+from instella_recipes.pipeline.slurm import submit, wait_for_jobs
 
 
 @dataclass
@@ -29,6 +32,18 @@ class PipelineArguments:
     force: bool = field(default=False, metadata={"help": "Run the selected stages even if they are complete."})
     dry_run: bool = field(default=False, metadata={"help": "Print each stage's status and command; run nothing."})
     verbose: bool = field(default=False, metadata={"help": "Also stream every stage's output to the console."})
+    executor: str = field(
+        default="local",
+        metadata={"help": "local: run the stages here, one after another; slurm: one sbatch job per stage.",
+                  "choices": ["local", "slurm"]},
+    )  # fmt: skip
+    wait: bool = field(
+        default=False, metadata={"help": "slurm: follow the jobs to the end (else return after submitting)."}
+    )
+    slurm: list[str] = field(
+        default_factory=list,
+        metadata={"help": "slurm: [stage.]KEY=VALUE resource override, e.g. time=01:00:00 (repeatable)."},
+    )
 
 
 def _overrides(items: list[str]) -> dict:
@@ -56,6 +71,8 @@ def main(argv=None) -> int:
     setup_logging()
     pipeline = load_pipeline(path, args.output_dir, _overrides(args.set))
     only = [stage for name in args.stage for stage in pipeline.select(name)] if args.stage else None
+    if args.executor == "slurm":
+        return _slurm(pipeline, only, args)
     if args.dry_run:
         for stage in only or pipeline.stages:
             print(f"# {stage.name}: {stage_status(pipeline, stage)}")
@@ -73,6 +90,26 @@ def main(argv=None) -> int:
     ran = sum(row["action"] == "ran" for row in summary)
     skipped = len(summary) - ran
     print(f"pipeline complete: {ran} stage(s) ran in {total:.0f}s, {skipped} skipped; outputs: {pipeline.output_dir}")
+    return 0
+
+
+def _slurm(pipeline, only, args) -> int:
+    """Submit the stages as dependent sbatch jobs (instella_recipes/pipeline/slurm.py); with --wait, follow them."""
+    jobs = submit(pipeline, only or pipeline.stages, args.set, args.slurm, args.force, args.dry_run)
+    if args.dry_run:
+        return 0
+    if not jobs:
+        print(f"pipeline complete: nothing to submit; outputs: {pipeline.output_dir}")
+        return 0
+    if not args.wait:
+        print(f"submitted {len(jobs)} job(s); follow them with: squeue -j {','.join(jobs.values())}")
+        return 0
+    start = time.monotonic()
+    problem = wait_for_jobs(pipeline, jobs)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
+    print(f"pipeline complete: {len(jobs)} job(s) in {time.monotonic() - start:.0f}s; outputs: {pipeline.output_dir}")
     return 0
 
 

@@ -90,7 +90,7 @@ def test_incomplete_checkpoints_are_never_resumed_from(tmp_path):
 def test_two_process_run_checkpoints_and_resumes_on_one_process(data_dir, tmp_path):
     two = tmp_path / "two"
     argv = pretrain_argv(data_dir, two, max_steps=4, save_steps=2, per_device_train_batch_size=2)
-    # accelerate's own multi-CPU launcher needs MPI (see accelerate_configs/cpu_2proc.yaml); torchrun is the launcher
+    # accelerate's multi-CPU launcher needs srun/MPI (accelerate_configs/cpu_2proc_srun.yaml); torchrun is the launcher
     # accelerate uses for GPUs, and with use_cpu the Trainer's Accelerator runs gloo across the 2 processes.
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517"]
     done = _run([*launch, "scripts/pretrain.py", *argv])

@@ -32,8 +32,8 @@ def test_tiny_run_learns_changes_every_parameter_and_follows_the_schedule(data_d
     history = losses(out)
     assert [h["step"] for h in history] == list(range(1, 13))
     assert sum(h["loss"] for h in history[-3:]) / 3 < sum(h["loss"] for h in history[:3]) / 3 - 0.5
-    for h in history:  # the LR used at optimizer step k (0-based k = step - 1)
-        expected = 3e-3 * olmo_lr_factor(h["step"] - 1, warmup_steps=3, total_steps=12, decay="cosine", alpha_f=0.1)
+    for h in history:  # the LR applied in update k (1-based) is the formula at k, as OLMo indexes it (SPEC.md 2.1)
+        expected = 3e-3 * olmo_lr_factor(h["step"], warmup_steps=3, total_steps=12, decay="cosine", alpha_f=0.1)
         assert h["learning_rate"] == pytest.approx(expected, rel=1e-6)
     before, after = load_file(init_dir / "model.safetensors"), load_file(out / "model.safetensors")
     assert set(before) == set(after) and len(before) == 2 * 11 + 3

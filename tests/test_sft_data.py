@@ -23,23 +23,7 @@ def tok(tiny_tokenizer):
     return install_chat_template(copy.deepcopy(tiny_tokenizer))  # the session fixture stays untouched
 
 
-def test_mmlu_auxiliary_train_shuffles_options_and_keeps_the_answer():
-    row = {"train": {"question": "Which is a prime? ", "choices": ["4", "6", "7", "9"], "answer": 2, "subject": ""}}
-    letters = set()
-    for index in range(40):
-        user, assistant = converters.mmlu_auxiliary_train(row, index)["messages"]
-        options = dict(line.split(". ", 1) for line in user["content"].split("\n")[1:])
-        assert user["content"].startswith("Which is a prime?\nA. ") and sorted(options.values()) == [
-            "4",
-            "6",
-            "7",
-            "9",
-        ]
-        letter = assistant["content"].split("The answer is ")[1][0]
-        assert options[letter] == "7" and assistant["content"] == f"The answer is {letter}. 7"
-        letters.add(letter)
-    assert letters == set("ABCD")  # shuffled: the right option lands on every letter
-    assert converters.mmlu_auxiliary_train(row, 3) == converters.mmlu_auxiliary_train(row, 3)  # reproducible
+# MMLU auxiliary_train: the authors' 11 templates and data seed, tests/test_exactness_sft.py
 
 
 def test_named_converters():

@@ -40,7 +40,7 @@ from instella_recipes.core.paths import REPO_ROOT as ROOT
 
 NAME = re.compile(r"^[A-Za-z0-9_]+$")
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-TOP_KEYS = {"output_dir", "env", "vars", "stages", "description"}
+TOP_KEYS = {"output_dir", "env", "vars", "stages", "description", "slurm"}
 STAGE_KEYS = {
     "name",
     "description",
@@ -54,7 +54,15 @@ STAGE_KEYS = {
     "matrix",
     "writes_manifest",
     "recipe_overrides",
+    "slurm",
 }
+# Slurm resources of a stage (`slurm:` at the top = every stage's defaults; a stage's `slurm:` overrides them); used
+# only by `--executor slurm` (instella_recipes/pipeline/slurm.py). They do not change a stage's outputs, so they are
+# not part of its identity.
+SLURM_KEYS = {
+    "nodes", "ntasks_per_node", "gpus_per_node", "cpus_per_task", "mem", "time", "partition", "account",
+    "preempt_signal_s", "sbatch_args",
+}  # fmt: skip
 
 
 @dataclass
@@ -75,6 +83,7 @@ class Stage:
     writes_manifest: bool = True  # False: the command writes no manifest.json, so the pipeline writes it after
     description: str = ""
     where: str = ""  # file:line of its YAML entry, for error messages
+    slurm: dict = field(default_factory=dict)  # this stage's Slurm resources, the top-level defaults merged in
 
 
 @dataclass
@@ -159,6 +168,7 @@ def load_pipeline(path: str | Path, output_dir: str | Path | None = None, overri
             raise RecipeError(f"--set {key}=...: {path} has no var '{key}' (vars: {', '.join(variables) or 'none'})")
         variables[key] = yaml.safe_load(value) if isinstance(value, str) else value
 
+    top_slurm = _slurm_section(data.get("slurm"), f"{path}:{top_lines.get('slurm', '?')}")
     stages, groups = [], {}
     for index, entry in enumerate(data["stages"]):
         line, key_lines = lines[index] if index < len(lines) else ("?", {})
@@ -196,6 +206,10 @@ def load_pipeline(path: str | Path, output_dir: str | Path | None = None, overri
                     writes_manifest=bool(entry.get("writes_manifest", True)),
                     description=str(entry.get("description") or ""),
                     where=where,
+                    slurm={
+                        **top_slurm,
+                        **_slurm_section(entry.get("slurm"), f"{path}:{key_lines.get('slurm', line)}"),
+                    },
                 )
             )
     pipeline = Pipeline(
@@ -223,6 +237,15 @@ def load_pipeline(path: str | Path, output_dir: str | Path | None = None, overri
     if len(set(outputs)) != len(outputs):
         raise RecipeError(f"{path}: two stages write the same output folder ({outputs})")
     return pipeline
+
+
+def _slurm_section(section, where: str) -> dict:
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise RecipeError(f"{where}: `slurm:` must be a mapping, e.g. {{nodes: 16, gpus_per_node: 8, time: 48:00:00}}")
+    _check_keys(section, SLURM_KEYS, where, "slurm")
+    return dict(section)
 
 
 def _resolve_inputs(pipeline: Pipeline, entry_names: set[str]) -> None:

@@ -144,8 +144,9 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False) -> dict:
-    """Run one stage whose inputs are complete; return its run record or raise `StageFailed`."""
+def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False, launcher=None) -> dict:
+    """Run one stage whose inputs are complete; return its run record or raise `StageFailed`. `launcher(argv)`
+    (the executor seam) may wrap the command, e.g. in `srun` inside a Slurm job (pipeline/slurm.py)."""
     for name in stage.inputs:
         require_complete(pipeline.output_of(pipeline.stage(name)), f"stage '{stage.name}' input '{name}'")
     output, status = pipeline.output_of(stage), stage_status(pipeline, stage)
@@ -158,6 +159,7 @@ def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False)
         resolved.parent.mkdir(parents=True, exist_ok=True)
         resolved.write_text(render_recipe(pipeline, stage))
     argv = command_line(pipeline, stage)
+    argv = launcher(argv) if launcher is not None else argv
     log = log_path(pipeline, stage)
     log.parent.mkdir(parents=True, exist_ok=True)
     record = {

@@ -87,14 +87,20 @@ def _check_policy(overlong: str) -> None:
 def prepare_sft_dataset(
     dataset: Dataset, tokenizer, max_length: int | None, overlong: str = "truncate", num_proc: int | None = None
 ) -> tuple[Dataset, DataReport]:
-    """Validate, tokenize (assistant-only labels) and apply the overlong policy; return `{input_ids, labels}` rows."""
+    """Validate, strip every message's content (the authors' `.strip()`), tokenize (assistant-only labels) and apply
+    the overlong policy; return `{input_ids, labels}` rows."""
     _check_policy(overlong)
     if "messages" not in dataset.column_names:
         raise RecipeError(f"the SFT dataset has no `messages` column (columns: {dataset.column_names})")
 
     def process(batch):
         problems = [message_problem(m) for m in batch["messages"]]
-        good = [m for m, p in zip(batch["messages"], problems, strict=True) if p is None]
+        # every message's content stripped before rendering, as the authors' prepare_sft_data.py does
+        good = [
+            [{**m, "content": m["content"].strip()} for m in messages]
+            for messages, p in zip(batch["messages"], problems, strict=True)
+            if p is None
+        ]
         encoded = iter(tokenize_conversations(tokenizer, good))
         out = {"input_ids": [], "labels": [], "_status": []}
         for problem in problems:

@@ -1,15 +1,15 @@
 """Small named converters from each published SFT source to TRL's conversational `{"messages": [...]}` rows, and
 from chat rows to stage-2 pretraining text.
 
-A converter is `fn(row, index) -> {"messages": [...]}`; the mixture (`mixture.py`) looks it up by the `converter`
-name of a source in the recipe. Field names follow the sources' Hub cards; a row without the expected fields raises
-`KeyError`, which the mixture reports with the source name and the columns it found.
+A converter is `fn(row, index) -> {"messages": [...]}`, or, where the authors drew random choices row after row
+from one generator (MMLU), a sequential `fn(rows, seed) -> iterator of rows` (`SEQUENTIAL_CONVERTERS`); the mixture
+(`mixture.py`) looks it up by the `converter` name of a source in the recipe. Field names follow the sources' Hub
+cards; a row without the expected fields raises `KeyError`, which the mixture reports with the source name and
+the columns it found.
 """
 
 import random
-from collections.abc import Callable
-
-LETTERS = "ABCDEFGHIJ"
+from collections.abc import Callable, Iterable, Iterator
 
 
 def _chat(user: str, assistant: str) -> dict:
@@ -27,26 +27,87 @@ def openmathinstruct2(row: dict, index: int) -> dict:
     return _chat(row["problem"], row["generated_solution"])
 
 
-def mmlu_auxiliary_train(row: dict, index: int, seed: int = 0) -> dict:
-    """cais/mmlu `auxiliary_train` (`question`, `choices`, `answer` index; older revisions nest them under `train`)
-    as a question/answer prompt with the options shuffled (seeded by row index, so the answer letter is spread
-    evenly and the mix is reproducible): user = question + lettered options, assistant = "The answer is X. <text>".
+# The 11 question/answer templates of the authors' `scripts/prepare_sft_data.py` (`convert_mmlu`), verbatim.
+_OPTIONS = "\nQuestion: {question}\nA. {option_a}\nB. {option_b}\nC. {option_c}\nD. {option_d}"
+MMLU_QA_TEMPLATES: tuple[tuple[str, str], ...] = (
+    (
+        "Given the following question and four candidate answers (A, B, C, and D), select the most appropriate "
+        "answer." + _OPTIONS,
+        "The most appropriate answer is {answer}.",
+    ),
+    (
+        "Choose the correct answer from the options below (A, B, C, or D):" + _OPTIONS,
+        "The correct answer is {answer}.",
+    ),
+    (
+        "Based on the following question and options, identify the best answer (A, B, C, or D)." + _OPTIONS,
+        "The best answer is {answer}.",
+    ),
+    (
+        "Analyze the question and the four answer choices (A, B, C, and D). Then select the correct answer."
+        + _OPTIONS,
+        "After analysis, the correct answer is {answer}.",
+    ),
+    (
+        "Consider the question below and choose the best option from A, B, C, or D." + _OPTIONS,
+        "The best option is {answer}.",
+    ),
+    (
+        "Select the correct response (A, B, C, or D) to the question provided below." + _OPTIONS,
+        "The correct response is {answer}.",
+    ),
+    (
+        "Determine the correct choice (A, B, C, or D) based on the question and information provided." + _OPTIONS,
+        "The determined correct choice is {answer}.",
+    ),
+    (
+        "From the following question and answer choices, identify the correct option (A, B, C, or D)." + _OPTIONS,
+        "The identified correct option is {answer}.",
+    ),
+    (
+        "Using the given question and four possible answers, select the best option (A, B, C, or D)." + _OPTIONS,
+        "The selected best option is {answer}.",
+    ),
+    (
+        "Read the question and options below, then determine the correct answer (A, B, C, or D)." + _OPTIONS,
+        "The determined correct answer is {answer}.",
+    ),
+    (_OPTIONS.removeprefix("\n"), "{answer}."),
+)
+MMLU_DATA_SEED = 96  # prepare_sft_data.py's --seed default: random.seed(96) before converting
 
-    The authors describe re-templating with shuffled options but did not publish the exact wording; this layout is
-    our reconstruction (the same letter format as MMLU prompts)."""
-    item = row.get("train", row)
-    choices = list(item["choices"])
-    correct = choices[int(item["answer"])]
-    rng = random.Random(f"{seed}-{index}")
-    rng.shuffle(choices)
-    options = "\n".join(f"{LETTERS[i]}. {text}" for i, text in enumerate(choices))
-    letter = LETTERS[choices.index(correct)]
-    return _chat(f"{item['question'].strip()}\n{options}", f"The answer is {letter}. {correct}")
+
+def mmlu_auxiliary_train(rows: Iterable[dict], seed: int = MMLU_DATA_SEED) -> Iterator[dict]:
+    """cais/mmlu `auxiliary_train` (`question`, `choices`, `answer` index; older revisions nest them under `train`)
+    exactly as the authors' `convert_mmlu`: one random generator seeded with `seed` walks the rows in order; for
+    each row it shuffles the four options, then draws one of the 11 templates. `random.Random(seed)` replays the
+    module-level `random` the authors seed, call for call. Sequential by nature: the mixture runs it in one process.
+    """
+    rng = random.Random(seed)
+    for row in rows:
+        item = row.get("train", row)
+        options = list(item["choices"])
+        correct_option = options[int(item["answer"])]
+        rng.shuffle(options)
+        shuffled = dict(zip("ABCD", options))
+        letter = next(label for label, option in shuffled.items() if option == correct_option)  # first match
+        question, answer = rng.choice(MMLU_QA_TEMPLATES)
+        yield _chat(
+            question.format(
+                question=item["question"], option_a=shuffled["A"], option_b=shuffled["B"], option_c=shuffled["C"],
+                option_d=shuffled["D"],
+            ),
+            answer.format(answer=letter),
+        )  # fmt: skip
 
 
 def o1_journey(row: dict, index: int) -> dict:
-    """GAIR/o1-journey (`question` plus the long chain-of-thought `longCOT`; `answer` when there is none)."""
-    for key in ("longCOT", "long_cot", "response", "answer"):
+    """GAIR/o1-journey (`question` plus the long chain-of-thought `longCOT`): the target is
+    `longCOT.split("\\n####")[0]`, the reasoning without the trailing "####" answer line (the authors'
+    `convert_o1journey`). Other dumps: `long_cot`, `response` or `answer`, unchanged."""
+    if row.get("longCOT"):
+        return _chat(row["question"], row["longCOT"].split("\n####")[0])
+    for key in ("long_cot", "response", "answer"):
         if row.get(key):
             return _chat(row["question"], row[key])
     raise KeyError("longCOT")
@@ -67,9 +128,14 @@ CONVERTERS: dict[str, Callable[..., dict]] = {
     "smoltalk": messages,
     "tulu3_persona_if": messages,
     "openmathinstruct2": openmathinstruct2,
-    "mmlu_auxiliary_train": mmlu_auxiliary_train,
     "o1_journey": o1_journey,
     "preference": preference,
+}
+
+
+# Converters over the whole source in order (a shared random state across rows): `fn(rows, seed) -> iterator`.
+SEQUENTIAL_CONVERTERS: dict[str, Callable[..., Iterator[dict]]] = {
+    "mmlu_auxiliary_train": mmlu_auxiliary_train,
 }
 
 

@@ -19,28 +19,32 @@ from datasets import Dataset, concatenate_datasets
 from instella_recipes.core import RecipeError
 from instella_recipes.data.sources import PRETRAINING_ONLY, SourceSpec, load_rows, make_filter, repeat_indices
 
-from .converters import CONVERTERS
+from .converters import CONVERTERS, MMLU_DATA_SEED, SEQUENTIAL_CONVERTERS
 
 
 def parse_source(index: int, raw, default_converter: str) -> SourceSpec:
     """A post-training `sources` entry: the shared schema without the pretraining-only keys, plus a converter."""
     spec = SourceSpec.from_recipe(index, raw, exclude=PRETRAINING_ONLY - {"filters"})
     spec.converter = spec.converter or default_converter
-    if spec.converter not in CONVERTERS:
-        raise RecipeError(f"sources[{index}]: unknown converter '{spec.converter}'; known: {sorted(CONVERTERS)}")
+    if spec.converter not in CONVERTERS and spec.converter not in SEQUENTIAL_CONVERTERS:
+        known = sorted([*CONVERTERS, *SEQUENTIAL_CONVERTERS])
+        raise RecipeError(f"sources[{index}]: unknown converter '{spec.converter}'; known: {known}")
     return spec
 
 
-def _convert(dataset: Dataset, source: SourceSpec, num_proc: int | None) -> Dataset:
-    fn = CONVERTERS[source.converter]
+def _convert(dataset: Dataset, source: SourceSpec, num_proc: int | None, conversion_seed: int) -> Dataset:
+    sequential = SEQUENTIAL_CONVERTERS.get(source.converter)
+    fn = CONVERTERS.get(source.converter)
     try:
-        fn(dataset[0], 0)
+        next(iter(sequential([dataset[0]], conversion_seed))) if sequential else fn(dataset[0], 0)
     except (KeyError, TypeError) as err:
+        known = sorted([*CONVERTERS, *SEQUENTIAL_CONVERTERS])
         raise RecipeError(
             f"source {source.path}: converter '{source.converter}' cannot read its rows (missing field {err}); "
-            f"the dataset has columns {dataset.column_names}. Pick the converter for this dataset "
-            f"({sorted(CONVERTERS)})."
+            f"the dataset has columns {dataset.column_names}. Pick the converter for this dataset ({known})."
         ) from None
+    if sequential:  # one random state over the rows in order (the authors'): one process, in row order
+        return Dataset.from_list(list(sequential(dataset, conversion_seed)))
     return dataset.map(
         fn, with_indices=True, remove_columns=dataset.column_names, num_proc=num_proc, desc=f"convert {source.path}"
     )
@@ -53,9 +57,15 @@ def _upsample(dataset: Dataset, repeat: float | None, seed: int) -> Dataset:
 
 
 def build_mixture(
-    specs: list[dict], seed: int = 0, num_proc: int | None = None, default_converter: str = "messages"
+    specs: list[dict],
+    seed: int = 0,
+    num_proc: int | None = None,
+    default_converter: str = "messages",
+    conversion_seed: int = MMLU_DATA_SEED,
 ) -> tuple[Dataset, list[dict]]:
-    """Load, convert, sub/up-sample and shuffle the sources; return the mixture and a per-source row report."""
+    """Load, convert, sub/up-sample and shuffle the sources; return the mixture and a per-source row report.
+    `seed` shuffles and samples; `conversion_seed` seeds the converters' own random choices (MMLU's option order
+    and template: the authors' data seed 96)."""
     if not specs:
         raise RecipeError("the recipe lists no data `sources`")
     sources = [parse_source(i, spec, default_converter) for i, spec in enumerate(specs)]
@@ -68,7 +78,7 @@ def build_mixture(
             raise RecipeError(f"source {source.path} ({source.split}) has no rows")
         if source.max_samples is not None and source.max_samples < len(dataset):
             dataset = dataset.shuffle(seed=seed).select(range(source.max_samples))
-        dataset = _upsample(_convert(dataset, source, num_proc), source.repeat, seed)
+        dataset = _upsample(_convert(dataset, source, num_proc, conversion_seed), source.repeat, seed)
         report.append({"path": source.path, "split": source.split, "converter": source.converter,
                        "repeat": source.repeat or 1.0, "rows": len(dataset)})  # fmt: skip
         parts.append(dataset)

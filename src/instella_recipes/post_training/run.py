@@ -24,8 +24,10 @@ from instella_recipes.core import (
 from instella_recipes.data.tokenizer import load_tokenizer
 from instella_recipes.training.checkpoints import find_resume_checkpoint
 from instella_recipes.training.checks import check_global_batch, check_tokenizer_fits
+from instella_recipes.training.optim import check_schedule_kwargs
 
 from .checks import OVERLONG_POLICIES
+from .converters import MMLU_DATA_SEED
 from .mixture import build_mixture
 from .template import install_chat_template
 
@@ -52,6 +54,10 @@ class PostTrainArgs:
     cpu_threads: int | None = field(
         default=None, metadata={"help": "torch CPU threads (tiny CPU runs); default: torch's."}
     )
+    conversion_seed: int = field(
+        default=MMLU_DATA_SEED,
+        metadata={"help": "Seed of the converters' random choices (MMLU options + template); authors: 96."},
+    )
 
     def __post_init__(self):
         self.sources = [_parse_source(s) for s in self.sources]
@@ -61,6 +67,8 @@ class PostTrainArgs:
             raise ValueError(f"overlong must be one of {OVERLONG_POLICIES}, not '{self.overlong}'")
         if not 0 <= self.max_skip_fraction <= 1:
             raise ValueError(f"max_skip_fraction must be in [0, 1], not {self.max_skip_fraction}")
+        if self.conversion_seed < 0:
+            raise ValueError(f"conversion_seed must be >= 0, not {self.conversion_seed}")
 
 
 def _parse_source(source) -> dict:
@@ -199,12 +207,17 @@ def recipe_path(argv: list[str] | None) -> str | None:
 def build_trainer_for(trainer_cls, prepare, args: PostTrainArgs, training_args, model_args, **mixture_kwargs):
     """What SFT and DPO share up to a ready trainer: tokenizer with the chat template, the checked data mixture
     (`prepare` tokenizes it and reports skips), the model, the launch checks. Returns (trainer, data report)."""
+    check_schedule_kwargs(training_args.lr_scheduler_kwargs)
     tokenizer = load_tokenizer_with_template(args, model_args)
     # Rank 0 builds and tokenizes the mixture first; the other ranks then load it from the datasets cache
     # (accelerate's `main_process_first`, as TRL's own dataset preparation does).
     with PartialState().main_process_first():
         mixture, sources = build_mixture(
-            args.sources, seed=training_args.seed, num_proc=training_args.dataset_num_proc, **mixture_kwargs
+            args.sources,
+            seed=training_args.seed,
+            num_proc=training_args.dataset_num_proc,
+            conversion_seed=args.conversion_seed,
+            **mixture_kwargs,
         )
         mixture = cap_rows(mixture, args)
         train, report = prepare(

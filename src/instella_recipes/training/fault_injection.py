@@ -5,11 +5,12 @@
 
 `nan_loss` turns the loss of the listed optimizer steps (1-based) into NaN through a forward hook (the contract's
 way to touch the loss); `kill_at_step` sends a signal to its own process at the end of a step (SIGKILL: a crash;
-SIGTERM/SIGUSR1: a pre-emption).
+SIGTERM/SIGUSR1: a pre-emption; SLURM: Slurm's own USR1 to the job's batch shell).
 """
 
 import os
 import signal
+import subprocess
 
 from transformers import TrainerCallback
 
@@ -46,10 +47,15 @@ class _Killer(TrainerCallback):
             if os.path.exists(self.once_file):
                 return
             open(self.once_file, "w").close()
+        if self.sig == "SLURM":  # a real Slurm pre-emption: Slurm signals the job's batch shell, as at the time limit
+            subprocess.run(["scancel", "--batch", "--signal=USR1", os.environ["SLURM_JOB_ID"]], check=True)
+            return
         os.kill(os.getpid(), self.sig)
 
 
 def kill_at_step(model, plugin_args: dict) -> list:
-    """`plugin_args: {kill_step: N, kill_signal: KILL|TERM|USR1, once_file: path (optional)}`."""
-    sig = getattr(signal, "SIG" + str(plugin_args.get("kill_signal", "KILL")).upper())
+    """`plugin_args: {kill_step: N, kill_signal: KILL|TERM|USR1|SLURM, once_file: path (optional)}`; SLURM: ask
+    Slurm to send USR1 to this job's batch shell (`--signal=B:USR1` delivery, inside a job of the Slurm executor)."""
+    name = str(plugin_args.get("kill_signal", "KILL")).upper()
+    sig = name if name == "SLURM" else getattr(signal, "SIG" + name)
     return [_Killer(int(plugin_args["kill_step"]), sig, plugin_args.get("once_file"))]

@@ -5,6 +5,17 @@
   to `alpha_f` x peak at the last step (transformers' warmups start from 0). It is selected by putting `alpha_f` in
   `lr_scheduler_kwargs`; `lr_scheduler_type` ("cosine" or "linear") picks the decay. Without `alpha_f` the
   Trainer's own schedulers are used unchanged.
+
+Step indexing (SPEC.md 2.1). The HF Trainer steps its `LambdaLR` *after* each optimizer step, so update k (1-based)
+runs with the factor at k - 1. The authors' trainers do not all agree with that:
+- OLMo/Instella (`instella/train.py`) increments `global_step` before it sets the LR: update k uses lr(k), so the
+  first stage-1 update runs at 4.018e-5 and the last stage-2 update at exactly 0. `lr_step_offset: 1` (default).
+- lit_gpt (AMD-Llama-135m, `pretrain/tinyllama.py`) sets the LR from the 0-based *micro*-iteration before each
+  forward, with warmup and decay lengths counted in micro-iterations (steps x accumulation A). The optimizer steps on
+  the last micro-iteration of update k, i.e. at iteration kA - 1, which is (k - 1/A) updates: `lr_step_offset` is
+  1 - 1/A of the authors' run (0.0 for pretraining, A = 1; 0.5 for the code finetune, A = 2).
+`lr_step_offset` (in `lr_scheduler_kwargs`) shifts the 0-based step LambdaLR hands in, so the formula stays the
+authors' and only the indexing is ours.
 """
 
 import math
@@ -12,15 +23,22 @@ from functools import partial
 
 from torch.optim.lr_scheduler import LambdaLR
 
+from instella_recipes.core import RecipeError
+
+OLMO_STEP_OFFSET = 1.0
+
 
 def olmo_lr_factor(
-    step: int, *, warmup_steps: int, total_steps: int, decay: str, alpha_f: float, warmup_start_factor: float = 0.1
+    step: float, *, warmup_steps: int, total_steps: int, decay: str, alpha_f: float, warmup_start_factor: float = 0.1
 ) -> float:
-    """LR multiplier at optimizer step `step` (0-based), as OLMo's CosWithWarmup / LinearWithWarmup define it."""
+    """LR multiplier at scheduler step `step`, exactly as OLMo's `CosWithWarmup` / `LinearWithWarmup.get_lr`
+    (`instella/optim.py`) define it; OLMo calls it with the 1-based update index. `step` may be fractional
+    (lit_gpt's micro-iteration indexing, see the module docstring)."""
     if step < warmup_steps:
         return warmup_start_factor + (1.0 - warmup_start_factor) * step / warmup_steps
-    decay_steps = max(1, total_steps - warmup_steps)
-    progress = min(1.0, (step - warmup_steps) / decay_steps)
+    if step >= total_steps:
+        return alpha_f
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
     if decay == "cosine":
         return alpha_f + (1.0 - alpha_f) * (1 + math.cos(math.pi * progress)) / 2
     if decay == "linear":
@@ -28,9 +46,18 @@ def olmo_lr_factor(
     raise ValueError(f"unknown decay '{decay}' for the OLMo schedule: use lr_scheduler_type 'cosine' or 'linear'")
 
 
-def olmo_scheduler(optimizer, *, warmup_steps, total_steps, decay, alpha_f, warmup_start_factor=0.1) -> LambdaLR:
+def _shifted(step: int, *, offset: float, **formula) -> float:
+    return olmo_lr_factor(step + offset, **formula)
+
+
+def olmo_scheduler(
+    optimizer, *, warmup_steps, total_steps, decay, alpha_f, warmup_start_factor=0.1, step_offset=OLMO_STEP_OFFSET
+) -> LambdaLR:
+    """A `LambdaLR` whose factor for the Trainer's 0-based step s is the formula at s + `step_offset`, so the LR
+    the optimizer applies in update k (1-based) is the formula at k - 1 + `step_offset` (OLMo: at k)."""
     factor = partial(
-        olmo_lr_factor,
+        _shifted,
+        offset=float(step_offset),
         warmup_steps=warmup_steps,
         total_steps=total_steps,
         decay=decay,
@@ -38,6 +65,30 @@ def olmo_scheduler(optimizer, *, warmup_steps, total_steps, decay, alpha_f, warm
         warmup_start_factor=warmup_start_factor,
     )
     return LambdaLR(optimizer, factor)
+
+
+SCHEDULE_KEYS = ("alpha_f", "warmup_start_factor", "lr_step_offset")
+
+
+def check_schedule_kwargs(kwargs: dict | None) -> None:
+    """Unknown or out-of-range keys of an OLMo-schedule `lr_scheduler_kwargs` (with `alpha_f`) are a RecipeError
+    (called before any work by the entry points, and again when the scheduler is built)."""
+    kwargs = dict(kwargs or {})
+    if "alpha_f" not in kwargs:
+        return
+    unknown = sorted(set(kwargs) - set(SCHEDULE_KEYS))
+    if unknown:
+        raise RecipeError(f"lr_scheduler_kwargs: unknown key(s) {unknown}; known: {SCHEDULE_KEYS}")
+    if not 0 <= float(kwargs["alpha_f"]) <= 1:
+        raise RecipeError(f"lr_scheduler_kwargs.alpha_f must be in [0, 1], not {kwargs['alpha_f']}")
+    if not 0 <= float(kwargs.get("warmup_start_factor", 0.1)) <= 1:
+        factor = kwargs["warmup_start_factor"]
+        raise RecipeError(f"lr_scheduler_kwargs.warmup_start_factor must be in [0, 1], not {factor}")
+    if not 0 <= float(kwargs.get("lr_step_offset", OLMO_STEP_OFFSET)) <= 1:
+        raise RecipeError(
+            f"lr_scheduler_kwargs.lr_step_offset must be in [0, 1] (OLMo 1, lit_gpt 1 - 1/accumulation), "
+            f"not {kwargs['lr_step_offset']}"
+        )
 
 
 class InstellaOptimMixin:
@@ -50,6 +101,7 @@ class InstellaOptimMixin:
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         kwargs = dict(self.args.lr_scheduler_kwargs or {})
         if self.lr_scheduler is None and "alpha_f" in kwargs:
+            check_schedule_kwargs(kwargs)
             decay = str(getattr(self.args.lr_scheduler_type, "value", self.args.lr_scheduler_type))
             self.lr_scheduler = olmo_scheduler(
                 optimizer or self.optimizer,
@@ -58,6 +110,7 @@ class InstellaOptimMixin:
                 decay=decay,
                 alpha_f=float(kwargs["alpha_f"]),
                 warmup_start_factor=float(kwargs.get("warmup_start_factor", 0.1)),
+                step_offset=float(kwargs.get("lr_step_offset", OLMO_STEP_OFFSET)),
             )
             self._created_lr_scheduler = True
             return self.lr_scheduler

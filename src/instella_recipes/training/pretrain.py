@@ -1,6 +1,6 @@
 """Pretraining on prepared packed windows with the transformers Trainer: everything `scripts/pretrain.py` runs.
 
-The model comes from `model_name_or_path` (continue from a checkpoint with a fresh optimizer and schedule: stage 2)
+The model comes from `model_name_or_path` (continue from a checkpoint with a new schedule: stage 2)
 or from `model_config` (from scratch). Every input check runs before the first step; see docs/pretraining.md.
 `pretrain(script, train, argv)` is the whole run: checks, trainer, train, then the final model and manifest.
 """
@@ -31,6 +31,8 @@ from instella_recipes.training.callbacks import NonFiniteCallback, PreemptionCal
 from instella_recipes.training.checkpoints import STAGING, resolve_resume
 from instella_recipes.training.checks import check_global_batch, check_tokenizer_fits
 from instella_recipes.training.model_factory import build_model
+from instella_recipes.training.optim import check_schedule_kwargs
+from instella_recipes.training.optimizer_state import OPTIMIZER_DIR, check_optimizer_state, save_optimizer_state
 
 logger = get_logger(__name__)
 STAGE = "pretrain"
@@ -65,6 +67,19 @@ class PretrainArguments:
         default=None, metadata={"help": "CPU runs: intra-op threads (tiny models run faster on 1 thread)."}
     )
     fsdp_reduce_dtype: str | None = field(default="float32", metadata={"help": "FSDP bf16: gradient reduce dtype."})
+    save_optimizer_state: bool = field(
+        default=False, metadata={"help": "Write the final AdamW state to <output_dir>/optimizer_state/ (DCP)."}
+    )
+    load_optimizer_state: bool = field(
+        default=False,
+        metadata={"help": "Start from <model_name_or_path>/optimizer_state/ (moments kept, new step counter/LR)."},
+    )
+
+    def __post_init__(self):
+        if self.load_optimizer_state and not self.model_name_or_path:
+            raise ValueError(
+                "load_optimizer_state: true needs model_name_or_path (the run whose optimizer_state/ to continue)"
+            )
 
 
 def _as_dict(value, name: str) -> dict | None:
@@ -207,6 +222,8 @@ def _save_final(trainer, script, train, dataset, data_manifest, identity, output
         fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
     trainer.save_model(str(output_dir))
     trainer.save_state()
+    if script.save_optimizer_state:  # every rank writes its shards; before the manifest, like everything else
+        save_optimizer_state(trainer.model, trainer.optimizer, output_dir / OPTIMIZER_DIR)
     if not trainer.is_world_process_zero():
         return
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
@@ -221,6 +238,7 @@ def _save_final(trainer, script, train, dataset, data_manifest, identity, output
         data_dir=str(script.data_dir),
         data_fingerprint=data_manifest.get("fingerprint"),
         seed=train.seed,
+        world_size=train.world_size,  # the processes that trained it, as the run saw them
         global_step=trainer.state.global_step,
         skipped_steps=trainer.skipped_steps,
         final_loss=losses[-1] if losses else None,
@@ -240,6 +258,10 @@ def pretrain(script: PretrainArguments, train: TrainingArguments, argv: list[str
         import torch
 
         torch.set_num_threads(script.torch_num_threads)
+    check_schedule_kwargs(train.lr_scheduler_kwargs)
+    optimizer_state = None
+    if script.load_optimizer_state:
+        optimizer_state = check_optimizer_state(Path(script.model_name_or_path) / OPTIMIZER_DIR)
     dataset, data_manifest, tokenizer = _data_and_tokenizer(script)
     identity = run_identity(script, train, data_manifest)
     if check_output_dir(output_dir, identity) is not None:
@@ -269,6 +291,7 @@ def pretrain(script: PretrainArguments, train: TrainingArguments, argv: list[str
         processing_class=tokenizer,
         callbacks=[preemption, *callbacks],
         fsdp_reduce_dtype=script.fsdp_reduce_dtype,
+        optimizer_state_from=optimizer_state,
     )
     nonfinite = NonFiniteCallback(trainer, script.max_consecutive_nonfinite)
     trainer.add_callback(nonfinite)

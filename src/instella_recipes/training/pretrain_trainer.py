@@ -2,6 +2,7 @@
 non-finite steps, all through the Trainer's extension points (no copy of its training loop).
 
 - `InstellaOptimMixin`: AdamW with weight decay on every parameter; the OLMo warmup + cosine/linear schedule.
+- `create_scheduler`: a stage that continues another's AdamW state (`load_optimizer_state`) loads it first.
 - `_save_checkpoint`: the Trainer writes the checkpoint into `<output_dir>/.staging/`, then the main process
   renames it into `<output_dir>/checkpoint-<step>` after every process finished (see `checkpoints.py`), and the
   Trainer's rotation (`save_total_limit`) runs on the real folder.
@@ -20,13 +21,15 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from instella_recipes.training.checkpoints import STAGING, publish
 from instella_recipes.training.optim import InstellaOptimMixin
+from instella_recipes.training.optimizer_state import load_optimizer_state
 
 
 class PretrainTrainer(InstellaOptimMixin, Trainer):
     """Trainer for packed-window causal LM pretraining (any AutoModelForCausalLM)."""
 
-    def __init__(self, *args, fsdp_reduce_dtype: str | None = "float32", **kwargs):
+    def __init__(self, *args, fsdp_reduce_dtype: str | None = "float32", optimizer_state_from=None, **kwargs):
         self.fsdp_reduce_dtype = fsdp_reduce_dtype
+        self.optimizer_state_from = optimizer_state_from
         super().__init__(*args, **kwargs)
         self.skipped_steps = 0
         self.nonfinite_streak = 0
@@ -53,6 +56,15 @@ class PretrainTrainer(InstellaOptimMixin, Trainer):
             plugin.mixed_precision_policy = MixedPrecision(
                 param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype, buffer_dtype=torch.float32
             )
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        """The Trainer calls this once the optimizer is prepared (sharded) and before any update; a run that
+        continues another's optimizer state (`load_optimizer_state`) loads it here. When the run resumes from its
+        own checkpoint, the Trainer loads that checkpoint's optimizer afterwards, which replaces this state."""
+        if self.optimizer_state_from is not None:
+            load_optimizer_state(self.model, optimizer or self.optimizer, self.optimizer_state_from)
+            self.optimizer_state_from = None
+        return super().create_scheduler(num_training_steps, optimizer)
 
     # --- non-finite steps ---------------------------------------------------------------------------------------
     def create_optimizer(self, *args, **kwargs):

@@ -1,0 +1,62 @@
+"""Carry AdamW's state from one pretraining stage into the next (Instella stage 1 -> stage 2, SPEC.md 2.1).
+
+The authors' stage 2 loads the stage-1 checkpoint with `reset_trainer_state: true` only; `reset_optimizer_state`
+stays False, so the whole AdamW state (first and second moments and each parameter's step count, which sets the bias
+correction) carries over, while the trainer's step counter and LR schedule start anew. Stage 1 writes its final
+optimizer state with `save_optimizer_state: true` to `<output_dir>/optimizer_state/`; stage 2 reads it from
+`<model_name_or_path>/optimizer_state/` with `load_optimizer_state: true`.
+
+The state is a torch.distributed.checkpoint (DCP) checkpoint keyed by parameter name, written through
+`get_optimizer_state_dict` / `set_optimizer_state_dict`: every rank writes its own shards under FSDP2, and the
+reader may run on another world size or sharding (DCP reshards on load), or on one process without FSDP.
+The param-group hyperparameters (lr, betas, eps, weight decay) are the new stage's recipe, not the saved ones.
+"""
+
+from pathlib import Path
+
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+from instella_recipes.core import RecipeError
+
+OPTIMIZER_DIR = "optimizer_state"
+KEY = "optimizer"
+
+
+def torch_optimizer(optimizer):
+    """The torch optimizer inside accelerate's `AcceleratedOptimizer` (DCP needs the real one)."""
+    return getattr(optimizer, "optimizer", optimizer)
+
+
+def save_optimizer_state(model, optimizer, folder: str | Path) -> None:
+    """Every rank: write the optimizer state of `model`'s parameters to `folder` (DCP)."""
+    optimizer = torch_optimizer(optimizer)
+    dcp.save({KEY: get_optimizer_state_dict(model, optimizer)}, checkpoint_id=str(folder))
+
+
+def check_optimizer_state(folder: str | Path, field: str = "model_name_or_path") -> Path:
+    """The DCP folder, or a RecipeError saying how to make it (before any work)."""
+    folder = Path(folder)
+    if not (folder / ".metadata").is_file():
+        raise RecipeError(
+            f"load_optimizer_state: {folder} holds no optimizer state (DCP '.metadata' missing); the run in "
+            f"{field} must end with save_optimizer_state: true (the Instella stage-1 recipe sets it), or set "
+            f"load_optimizer_state: false for a fresh optimizer"
+        )
+    return folder
+
+
+def load_optimizer_state(model, optimizer, folder: str | Path) -> None:
+    """Every rank: replace the (fresh) optimizer's state with the one saved in `folder`, keeping the current
+    param-group hyperparameters. `get_optimizer_state_dict` first materialises the empty state (a zero-gradient
+    step at lr 0 that leaves the parameters unchanged), which DCP needs as the load target."""
+    optimizer = torch_optimizer(optimizer)
+    hyper = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    state = {KEY: get_optimizer_state_dict(model, optimizer)}
+    dcp.load(state, checkpoint_id=str(folder))
+    set_optimizer_state_dict(model, optimizer, state[KEY])
+    # exactly the new stage's groups: a stale `initial_lr` would become the base LR of the new LambdaLR
+    for group, values in zip(optimizer.param_groups, hyper, strict=True):
+        params = group["params"]
+        group.clear()
+        group.update(values, params=params)
