@@ -242,7 +242,8 @@ def plan(pipeline: Pipeline, stages: list[Stage], force: bool = False) -> list[t
         if force:
             why = "--force"
         elif upstream:
-            why = f"input {', '.join(upstream)} runs first"
+            names = ", ".join(upstream)
+            why = f"input {names} runs first" if len(upstream) == 1 else f"inputs {names} run first"
         elif status != "complete":
             why = REASONS.get(status, status)
         else:
