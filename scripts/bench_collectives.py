@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe, setup_logging
+from instella_recipes.core import (
+    RecipeError,
+    check_range,
+    exit_on_recipe_error,
+    parse_recipe,
+    setup_logging,
+)
 from instella_recipes.systems.collectives import (
     COLLECTIVES,
     human,
@@ -41,6 +47,11 @@ class BenchArguments:
     warmup: int = field(default=5, metadata={"help": "untimed iterations per size"})
     iters: int = field(default=20, metadata={"help": "timed iterations per size"})
     backend: str = field(default="auto", metadata={"help": "auto | gloo | nccl (nccl = RCCL on ROCm)"})
+
+    def __post_init__(self):
+        check_range("step_factor", self.step_factor, 2, integer=True, hint="the sweep must grow")
+        check_range("warmup", self.warmup, 0, integer=True)
+        check_range("iters", self.iters, 1, integer=True)
 
 
 def _init(backend: str) -> torch.device:

@@ -13,14 +13,13 @@ memory during training).
 
 from dataclasses import dataclass
 
-from trl import DPOConfig, DPOTrainer, ModelConfig
+from trl import DPOTrainer
 
 from instella_recipes.core import exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.post_training.checks import prepare_dpo_dataset
+from instella_recipes.post_training.configs import LOSS_ALIASES, CheckedDPOConfig, CheckedModelConfig
 from instella_recipes.post_training.run import PostTrainArgs, build_trainer_for, train_and_save
 from instella_recipes.training.optim import InstellaOptimMixin
-
-LOSS_ALIASES = {"dpo_norm": "sigmoid_norm", "dpo": "sigmoid"}
 
 
 class InstellaDPOTrainer(InstellaOptimMixin, DPOTrainer):
@@ -42,7 +41,7 @@ def build_trainer(args, training_args, model_args):
 
 @exit_on_recipe_error
 def main(argv: list[str] | None = None):
-    args, training_args, model_args = parse_recipe([DPORecipeArgs, DPOConfig, ModelConfig], argv)
+    args, training_args, model_args = parse_recipe([DPORecipeArgs, CheckedDPOConfig, CheckedModelConfig], argv)
     setup_logging()
     trainer, data = build_trainer(args, training_args, model_args)
     return train_and_save(trainer, data, args, training_args, model_args, argv, "dpo")

@@ -17,7 +17,13 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from instella_recipes.core import exit_on_recipe_error, get_logger, parse_recipe, setup_logging
+from instella_recipes.core import (
+    check_range,
+    exit_on_recipe_error,
+    get_logger,
+    parse_recipe,
+    setup_logging,
+)
 from instella_recipes.evaluation.preflight import lm_eval_command, preflight
 
 logger = get_logger("instella_recipes.scripts.evaluate")
@@ -35,6 +41,8 @@ class EvaluateArguments:
     def __post_init__(self):
         if not self.model_dir or not self.tasks:
             raise ValueError("--model_dir and --tasks are required")
+        check_range("num_fewshot", self.num_fewshot, 0, integer=True, allow_none=True)
+        check_range("limit", self.limit, 1, integer=True, allow_none=True)
         self.task_list = [t for t in self.tasks.split(",") if t]
 
 

@@ -22,7 +22,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from instella_recipes.core import RecipeError, atomic_write_text, exit_on_recipe_error, parse_recipe, setup_logging
+from instella_recipes.core import (
+    RecipeError,
+    atomic_write_text,
+    check_positive,
+    check_range,
+    exit_on_recipe_error,
+    parse_recipe,
+    setup_logging,
+)
 from instella_recipes.evaluation.judge_inputs import (
     JUDGE_COMMANDS,
     alpaca_eval_outputs,
@@ -46,6 +54,8 @@ class JudgeInputsArguments:
     def __post_init__(self):
         if not (self.model and self.model_id and self.output_dir):
             raise ValueError("--model, --model_id and --output_dir are required")
+        check_positive(self, "max_new_tokens")
+        check_range("limit", self.limit, 1, integer=True, allow_none=True)
 
 
 def _write(path: Path, text: str) -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from instella_recipes.core import (
     RecipeError,
+    check_positive,
+    check_range,
     exit_on_recipe_error,
     file_digest,
     parse_recipe,
@@ -30,6 +32,10 @@ class TinyWorldArguments:
     n_eval_problems: int = field(default=60, metadata={"help": "held-out arithmetic problems"})
     max_operand: int = field(default=9, metadata={"help": "largest operand of a sum"})
     repeats: int = field(default=8, metadata={"help": "how often each fact is restated in the corpus"})
+
+    def __post_init__(self):
+        check_positive(self, "n_entities", "n_train_problems", "n_eval_problems", "max_operand", "repeats")
+        check_range("seed", self.seed, 0, integer=True)
 
 
 def speculative_prompts(world: TinyWorld, count: int = 8) -> list[dict]:

@@ -10,6 +10,7 @@ The format is described in `instella_recipes/pipeline/graph.py` and docs/pipelin
 """
 
 import shlex
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -86,9 +87,10 @@ def main(argv=None) -> int:
     except StageFailed as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("\ninterrupted: run the same command again to resume (complete stages are skipped)", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # SIGINT, or SIGTERM/SIGHUP (PipelineInterrupted): the stage was stopped
+        print(f"\n{err or 'interrupted'}: run the same command again to resume (complete stages are skipped)",
+              file=sys.stderr)  # fmt: skip
+        return 128 + getattr(err, "signum", signal.SIGINT)
     total = sum(row["wall_s"] or 0 for row in summary if row["action"] == "ran")
     ran = sum(row["action"] == "ran" for row in summary)
     skipped = len(summary) - ran

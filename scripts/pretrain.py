@@ -9,16 +9,15 @@ or from `model_config` (from scratch). Every input check runs before the first s
 
 import sys
 
-from transformers import TrainingArguments
-
 from instella_recipes.core import exit_on_recipe_error, parse_recipe, setup_logging
+from instella_recipes.training.checks import CheckedTrainingArguments
 from instella_recipes.training.pretrain import PretrainArguments, pretrain
 
 
 @exit_on_recipe_error
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    script, train = parse_recipe([PretrainArguments, TrainingArguments], argv)
+    script, train = parse_recipe([PretrainArguments, CheckedTrainingArguments], argv)
     setup_logging()
     return pretrain(script, train, argv)
 

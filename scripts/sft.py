@@ -12,10 +12,11 @@ the chat template, trainer_state.json, data_report.json and manifest.json (last)
 
 from dataclasses import dataclass
 
-from trl import ModelConfig, SFTConfig, SFTTrainer
+from trl import SFTTrainer
 
 from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.post_training.checks import prepare_sft_dataset
+from instella_recipes.post_training.configs import CheckedModelConfig, CheckedSFTConfig
 from instella_recipes.post_training.run import PostTrainArgs, build_trainer_for, train_and_save
 from instella_recipes.training.optim import InstellaOptimMixin
 
@@ -41,7 +42,7 @@ def build_trainer(args, training_args, model_args):
 
 @exit_on_recipe_error
 def main(argv: list[str] | None = None):
-    args, training_args, model_args = parse_recipe([SFTRecipeArgs, SFTConfig, ModelConfig], argv)
+    args, training_args, model_args = parse_recipe([SFTRecipeArgs, CheckedSFTConfig, CheckedModelConfig], argv)
     setup_logging()
     trainer, data = build_trainer(args, training_args, model_args)
     return train_and_save(trainer, data, args, training_args, model_args, argv, "sft")

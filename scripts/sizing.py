@@ -13,7 +13,13 @@ recipe YAML (its model_config / model_name_or_path). The formulas: instella_reci
 import json
 from dataclasses import dataclass, field
 
-from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe, setup_logging
+from instella_recipes.core import (
+    check_positive,
+    check_range,
+    exit_on_recipe_error,
+    parse_recipe,
+    setup_logging,
+)
 from instella_recipes.systems.sizing import Cluster, render, resolve_config, size
 
 
@@ -32,16 +38,18 @@ class SizingArguments:
     activation_checkpointing: bool = field(default=False, metadata={"help": "keep only layer inputs"})
     json: bool = field(default=False, metadata={"help": "print JSON instead of tables"})
 
+    def __post_init__(self):
+        check_positive(self, "nodes", "gpus_per_node", "micro_batch", "seq_len")
+        check_range("tokenizer_vocab", self.tokenizer_vocab, 1, integer=True, allow_none=True)
+        check_range("target_mfu", self.target_mfu, 0, 1, low_open=True)
+        for name in ("weight_bytes", "grad_bytes", "optimizer_bytes"):
+            check_range(name, getattr(self, name), 0)
+
 
 @exit_on_recipe_error
 def main(argv=None):
     (args,) = parse_recipe([SizingArguments], argv)
     setup_logging()
-    for name in ("nodes", "gpus_per_node", "micro_batch", "seq_len"):
-        if getattr(args, name) < 1:
-            raise RecipeError(f"--{name} must be >= 1, got {getattr(args, name)}")
-    if not 0 < args.target_mfu <= 1:
-        raise RecipeError(f"--target_mfu must be in (0, 1], got {args.target_mfu}")
     cluster = Cluster(
         args.nodes, args.gpus_per_node, args.micro_batch, args.seq_len, args.weight_bytes, args.grad_bytes,
         args.optimizer_bytes, args.activation_checkpointing,

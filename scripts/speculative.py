@@ -18,7 +18,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from instella_recipes.core import RecipeError, atomic_write_text, exit_on_recipe_error, parse_recipe, setup_logging
+from instella_recipes.core import (
+    RecipeError,
+    atomic_write_text,
+    check_positive,
+    check_range,
+    exit_on_recipe_error,
+    parse_recipe,
+    setup_logging,
+)
 from instella_recipes.evaluation import humaneval
 from instella_recipes.evaluation.speculative import (  # noqa: F401 - re-exported for `instella_recipes.scripts.speculative`
     HUMANEVAL,
@@ -56,8 +64,10 @@ class SpeculativeArguments:
             raise RecipeError(f"modes: unknown {unknown}; choose from {list(MODES)}")
         if self.dtype not in DTYPES:
             raise RecipeError(f"dtype: {self.dtype!r} is not one of {list(DTYPES)}")
-        if self.repeats < 1 or self.max_new_tokens < 1 or (self.limit is not None and self.limit < 1):
-            raise RecipeError("repeats, max_new_tokens and limit must be >= 1")
+        check_positive(self, "repeats", "max_new_tokens")
+        check_range("limit", self.limit, 1, integer=True, allow_none=True)
+        check_range("num_assistant_tokens", self.num_assistant_tokens, 1, integer=True, allow_none=True)
+        check_range("timeout", self.timeout, 0, low_open=True, hint="seconds per HumanEval program")
 
 
 @exit_on_recipe_error

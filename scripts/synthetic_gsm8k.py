@@ -2,18 +2,25 @@
 
     python scripts/synthetic_gsm8k.py --config recipes/synthetic_gsm8k/qwen_vllm.yaml [--seeds S --output_dir O ...]
 
-Killed half way, the same command resumes. See docs/synthetic_gsm8k.md.
+Killed half way, the same command resumes. See docs/synthetic_gsm8k.md. Exit codes: 0 done, 2 bad input (before any
+work), 1 the model server failed too often (the same command retries the seeds it left undone).
 """
 
+import sys
+
 from instella_recipes.core import exit_on_recipe_error, parse_recipe, setup_logging
-from instella_recipes.synthetic_gsm8k.run import SyntheticArgs, format_summary, run
+from instella_recipes.synthetic_gsm8k.run import BackendFailed, SyntheticArgs, format_summary, run
 
 
 @exit_on_recipe_error
 def main(argv: list[str] | None = None) -> dict:
     (args,) = parse_recipe([SyntheticArgs], argv)
     setup_logging()
-    summary = run(args)
+    try:
+        summary = run(args)
+    except BackendFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(1) from None
     print(format_summary(summary))
     return summary
 

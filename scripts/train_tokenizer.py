@@ -13,6 +13,7 @@ from pathlib import Path
 
 from instella_recipes.core import (
     RecipeError,
+    check_range,
     exit_on_recipe_error,
     file_digest,
     iter_jsonl,
@@ -32,6 +33,9 @@ class TokenizerArguments:
     pretrained: str | None = field(
         default=None, metadata={"help": "use this tokenizer (tokenizer.json, folder or Hub id) instead of training"}
     )
+
+    def __post_init__(self):
+        check_range("vocab_size", self.vocab_size, 1, integer=True)
 
 
 def read_texts(paths: list[str], column: str) -> list[str]:

@@ -33,3 +33,14 @@ def pretrain_argv(data_dir, output_dir, max_steps: int = 8, **overrides) -> list
     for key, value in values.items():
         argv += [f"--{key}", str(value)]
     return argv
+
+
+def fail_before_first_step(model, plugin_args: dict) -> list:
+    """A plugin whose callback raises when training begins: a run that dies after its checks, before any step."""
+    from transformers import TrainerCallback
+
+    class Fail(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            raise RuntimeError("injected failure before the first step")
+
+    return [Fail()]

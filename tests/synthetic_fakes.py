@@ -260,12 +260,13 @@ class _Handler(BaseHTTPRequestHandler):
 class OracleServer:
     """A minimal OpenAI-compatible chat-completions server on 127.0.0.1 (ephemeral port), in a thread."""
 
-    def __init__(self, delay: float = 0.0, max_n: int = 1 << 30, fail_first: int = 0):
-        """`max_n`: most choices per response (servers without `n` give 1); `fail_first`: 503 on that many."""
+    def __init__(self, delay: float = 0.0, max_n: int = 1 << 30, fail_first: int = 0, port: int = 0):
+        """`max_n`: most choices per response (servers without `n` give 1); `fail_first`: 503 on that many;
+        `port`: a fixed port (0: any free one)."""
         attrs = {"oracle": Oracle(), "delay": delay, "log": [], "max_n": max_n, "failures": [503] * fail_first}
         handler = type("Handler", (_Handler,), attrs)
         self.log = handler.log
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 

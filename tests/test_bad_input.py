@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import shutil
 
 import pytest
 import torch
@@ -106,3 +107,194 @@ def test_global_batch_mismatch_says_how_to_fix():
     check_global_batch(1024, per_device=8, grad_accum=1, world_size=128)
     with pytest.raises(RecipeError, match="set gradient_accumulation_steps=4"):
         check_global_batch(1024, per_device=2, grad_accum=1, world_size=128)
+
+
+# --- issue 13: one table of bad inputs across the entry points -------------------------------------------------------
+# Each case: exit code 2, the `error:` line names the field or file (the expected text), no traceback, and nothing
+# that looks complete (a manifest.json) under the output folder. Built from a small world: a tiny model folder, one
+# prepared pretraining folder, a few jsonl files; every case stops before any training or generation.
+
+CHAT = {"messages": [{"role": "user", "content": "2 + 3?"}, {"role": "assistant", "content": "5"}]}
+PAIR = {
+    "chosen": [{"role": "user", "content": "2 + 3?"}, {"role": "assistant", "content": "5"}],
+    "rejected": [{"role": "user", "content": "2 + 3?"}, {"role": "assistant", "content": "6"}],
+}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, tiny_tokenizer):
+    """Inputs the cases point at (good and damaged), made once."""
+    from tests.pretrain_utils import prepare_tiny
+
+    root = tmp_path_factory.mktemp("bad_inputs")
+    torch.manual_seed(0)
+    model = root / "model"
+    InstellaForCausalLM(tiny_config(vocab_size=len(tiny_tokenizer))).save_pretrained(model)
+    tiny_tokenizer.save_pretrained(model)
+    damaged = {}
+    for kind in ("truncated", "random", "nan"):
+        folder = root / f"model_{kind}"
+        shutil.copytree(model, folder)
+        weights = folder / "model.safetensors"
+        if kind == "truncated":
+            weights.write_bytes(weights.read_bytes()[:2000])
+        elif kind == "random":
+            weights.write_bytes(bytes(range(256)) * 64)
+        else:
+            state = load_file(weights)
+            state["model.layers.0.self_attn.q_proj.weight"].view(-1)[7] = float("nan")
+            save_file(state, str(weights), metadata={"format": "pt"})
+        damaged[kind] = folder
+    files = {
+        "chat": "\n".join([json.dumps(CHAT)] * 8) + "\n",
+        "pairs": "\n".join([json.dumps(PAIR)] * 8) + "\n",
+        "broken_chat": json.dumps(CHAT) + "\n" + '{"messages": [{"role": "user", "content": "x"}\n',
+        "broken_pairs": json.dumps(PAIR) + "\nnot json at all\n",
+    }
+    paths = {}
+    for name, text in files.items():
+        paths[name] = root / f"{name}.jsonl"
+        paths[name].write_text(text)
+    paths["latin1"] = root / "latin1.jsonl"
+    paths["latin1"].write_bytes(json.dumps(CHAT).encode() + b'\n{"text": "caf\xe9"}\n')
+    paths["a_file"] = root / "a_file.txt"
+    paths["a_file"].write_text("not a folder")
+    return {"root": root, "model": model, **{f"model_{k}": v for k, v in damaged.items()}, **paths,
+            "data": prepare_tiny(root / "data")}  # fmt: skip
+
+
+def _src(path, converter="messages"):
+    return json.dumps({"path": str(path), "converter": converter})
+
+
+def _pretrain(w, out, **overrides):
+    from tests.pretrain_utils import pretrain_argv
+
+    data = overrides.pop("data_dir", w["data"])
+    return pretrain_argv(data, out, **{"max_steps": 2, "save_steps": 100, **overrides})
+
+
+def _stage2(w, out, model):
+    argv = _pretrain(w, out, model_config="")
+    index = argv.index("--model_config")
+    return argv[:index] + argv[index + 2 :] + ["--model_name_or_path", str(model)]
+
+
+def _post(w, out, model=None, source=None, converter="messages", *extra):
+    return ["--model_name_or_path", str(model or w["model"]), "--output_dir", str(out),
+            "--sources", _src(source or w["chat" if converter == "messages" else "pairs"], converter),
+            "--max_length", "64", "--per_device_train_batch_size", "2", "--num_train_epochs", "1",
+            "--learning_rate", "1e-3", "--save_strategy", "no", "--report_to", "none", "--use_cpu", "true",
+            "--bf16", "false", "--max_steps", "1", *extra]  # fmt: skip
+
+
+def _sft(w, out, *extra, **kw):
+    return _post(w, out, kw.get("model"), kw.get("source"), "messages", *extra)
+
+
+def _dpo(w, out, *extra, **kw):
+    return _post(w, out, kw.get("model"), kw.get("source"), "preference", *extra)
+
+
+def _syn(w, out, *extra):
+    from tests.synthetic_fakes import SEEDS
+
+    return ["--seeds", str(SEEDS), "--output_dir", str(out), "--model", "m", *extra]
+
+
+# (id, entry point, argv builder(world, out), text the error line must contain)
+BAD_INPUTS = [
+    # pretraining
+    ("pretrain-negative-lr", "pretrain", lambda w, o: _pretrain(w, o, learning_rate=-0.001), "learning_rate must be >= 0"),  # noqa: E501
+    ("pretrain-zero-epochs", "pretrain", lambda w, o: _pretrain(w, o, max_steps=-1, num_train_epochs=0), "num_train_epochs must be > 0"),  # noqa: E501
+    ("pretrain-zero-steps", "pretrain", lambda w, o: _pretrain(w, o, max_steps=0), "max_steps must be >= 1"),
+    ("pretrain-zero-batch", "pretrain", lambda w, o: _pretrain(w, o, per_device_train_batch_size=0), "per_device_train_batch_size must be >= 1"),  # noqa: E501
+    ("pretrain-zero-accum", "pretrain", lambda w, o: _pretrain(w, o, gradient_accumulation_steps=0), "gradient_accumulation_steps must be >= 1"),  # noqa: E501
+    ("pretrain-negative-warmup", "pretrain", lambda w, o: _pretrain(w, o, warmup_steps=-3), "warmup_steps must be >= 0"),  # noqa: E501
+    ("pretrain-beta2", "pretrain", lambda w, o: _pretrain(w, o, adam_beta2=1.5), "adam_beta2 must be in [0, 1)"),
+    ("pretrain-negative-wd", "pretrain", lambda w, o: _pretrain(w, o, weight_decay=-0.1), "weight_decay must be >= 0"),
+    ("pretrain-eps", "pretrain", lambda w, o: _pretrain(w, o, adam_epsilon=0), "adam_epsilon must be > 0"),
+    ("pretrain-grad-norm", "pretrain", lambda w, o: _pretrain(w, o, max_grad_norm=-1), "max_grad_norm must be >= 0"),
+    ("pretrain-nonfinite-limit", "pretrain", lambda w, o: _pretrain(w, o, max_consecutive_nonfinite=0), "max_consecutive_nonfinite must be >= 1"),  # noqa: E501
+    ("pretrain-global-batch", "pretrain", lambda w, o: _pretrain(w, o, global_batch_size=0), "global_batch_size must be >= 1"),  # noqa: E501
+    ("pretrain-threads", "pretrain", lambda w, o: _pretrain(w, o, torch_num_threads=0), "torch_num_threads must be >= 1"),  # noqa: E501
+    ("pretrain-seed", "pretrain", lambda w, o: _pretrain(w, o, seed=-1), "seed must be >= 0"),
+    ("pretrain-logging-steps", "pretrain", lambda w, o: _pretrain(w, o, logging_steps=0), "logging_steps must be > 0"),
+    ("pretrain-flag-typo", "pretrain", lambda w, o: _pretrain(w, o) + ["--learning_rat", "1"], "unknown flag '--learning_rat' (did you mean '--learning_rate'?)"),  # noqa: E501
+    ("pretrain-output-is-file", "pretrain", lambda w, o: _pretrain(w, w["a_file"]), "a_file.txt"),
+    ("pretrain-output-under-a-file", "pretrain", lambda w, o: _pretrain(w, w["a_file"] / "run"), "a_file.txt is a file, so no folder"),  # noqa: E501
+    ("pretrain-missing-data", "pretrain", lambda w, o: _pretrain(w, o, data_dir=w["root"] / "nope"), "not a finished stage output"),  # noqa: E501
+    ("stage2-truncated-weights", "pretrain", lambda w, o: _stage2(w, o, w["model_truncated"]), "not a readable safetensors file"),  # noqa: E501
+    ("stage2-random-weights", "pretrain", lambda w, o: _stage2(w, o, w["model_random"]), "not a readable safetensors file"),  # noqa: E501
+    ("stage2-nan-weights", "pretrain", lambda w, o: _stage2(w, o, w["model_nan"]), "tensor model.layers.0.self_attn.q_proj.weight holds 1 non-finite"),  # noqa: E501
+    # SFT
+    ("sft-max-length", "sft", lambda w, o: _sft(w, o, "--max_length", "-1"), "max_length must be >= 1"),
+    ("sft-negative-lr", "sft", lambda w, o: _sft(w, o, "--learning_rate", "-0.01"), "learning_rate must be >= 0"),
+    ("sft-zero-batch", "sft", lambda w, o: _sft(w, o, "--per_device_train_batch_size", "0"), "per_device_train_batch_size must be >= 1"),  # noqa: E501
+    ("sft-zero-epochs", "sft", lambda w, o: _sft(w, o, "--max_steps", "-1", "--num_train_epochs", "0"), "num_train_epochs must be > 0"),  # noqa: E501
+    ("sft-lora-rank", "sft", lambda w, o: _sft(w, o, "--use_peft", "true", "--lora_r", "0"), "lora_r must be >= 1"),
+    ("sft-lora-dropout", "sft", lambda w, o: _sft(w, o, "--use_peft", "true", "--lora_dropout", "1.5"), "lora_dropout must be in [0, 1)"),  # noqa: E501
+    ("sft-skip-fraction", "sft", lambda w, o: _sft(w, o, "--max_skip_fraction", "2"), "max_skip_fraction must be in [0, 1]"),  # noqa: E501
+    ("sft-max-samples", "sft", lambda w, o: _sft(w, o, "--max_samples", "0"), "max_samples must be >= 1"),
+    ("sft-non-utf8-jsonl", "sft", lambda w, o: _sft(w, o, source=w["latin1"]), "latin1.jsonl:2: not UTF-8"),
+    ("sft-broken-jsonl", "sft", lambda w, o: _sft(w, o, source=w["broken_chat"]), "broken_chat.jsonl:2"),
+    ("sft-truncated-model", "sft", lambda w, o: _sft(w, o, model=w["model_truncated"]), "not a readable safetensors file"),  # noqa: E501
+    ("sft-output-is-file", "sft", lambda w, o: _sft(w, w["a_file"]), "a_file.txt"),
+    # DPO
+    ("dpo-negative-beta", "dpo", lambda w, o: _dpo(w, o, "--beta", "-5"), "beta must be > 0"),
+    ("dpo-loss-typo", "dpo", lambda w, o: _dpo(w, o, "--loss_type", "dpo_nrom"), "did you mean 'dpo_norm'?"),
+    ("dpo-max-length", "dpo", lambda w, o: _dpo(w, o, "--max_length", "0"), "max_length must be >= 1"),
+    ("dpo-label-smoothing", "dpo", lambda w, o: _dpo(w, o, "--label_smoothing", "0.7"), "label_smoothing must be in [0, 0.5)"),  # noqa: E501
+    ("dpo-broken-jsonl", "dpo", lambda w, o: _dpo(w, o, source=w["broken_pairs"]), "broken_pairs.jsonl:2"),
+    ("dpo-nan-model", "dpo", lambda w, o: _dpo(w, o, model=w["model_nan"]), "non-finite value"),
+    # synthetic GSM8K (before the sandbox or the server is touched)
+    ("syn-program-timeout", "synthetic_gsm8k", lambda w, o: _syn(w, o, "--program_timeout", "0"), "program_timeout must be > 0"),  # noqa: E501
+    ("syn-program-memory", "synthetic_gsm8k", lambda w, o: _syn(w, o, "--program_memory_mb", "-1"), "program_memory_mb must be >= 1"),  # noqa: E501
+    ("syn-sandbox-workers", "synthetic_gsm8k", lambda w, o: _syn(w, o, "--sandbox_workers", "0"), "sandbox_workers must be >= 1"),  # noqa: E501
+    ("syn-concurrency", "synthetic_gsm8k", lambda w, o: _syn(w, o, "--max_concurrency", "0"), "max_concurrency must be >= 1"),  # noqa: E501
+    ("syn-error-fraction", "synthetic_gsm8k", lambda w, o: _syn(w, o, "--max_backend_error_fraction", "1.5"), "max_backend_error_fraction must be in [0, 1]"),  # noqa: E501
+    ("syn-temperature", "synthetic_gsm8k", lambda w, o: _syn(w, o, "--temperature", "-1"), "temperature must be >= 0"),
+    ("syn-retries", "synthetic_gsm8k", lambda w, o: _syn(w, o, "--max_retries", "-1"), "max_retries must be >= 0"),
+    # checkpoints
+    ("merge-truncated-input", "merge", lambda w, o: ["--inputs", str(w["model"]), str(w["model_truncated"]), "--output_dir", str(o)], "not a readable safetensors file"),  # noqa: E501
+    ("convert-random-bytes", "convert_checkpoint", lambda w, o: ["to-training", "--input", str(w["model_random"]), "--output", str(o)], "not a readable safetensors file"),  # noqa: E501
+    ("release-nan-model", "release", lambda w, o: ["--model_dir", str(w["model_nan"]), "--output_dir", str(o)], "non-finite value"),  # noqa: E501
+    # data preparation
+    ("prepare-seq-len", "prepare_data", lambda w, o: ["--output_dir", str(o), "--sources", str(w["chat"]), "--seq_len", "1"], "seq_len must be >= 2"),  # noqa: E501
+    ("prepare-non-utf8", "prepare_data", lambda w, o: ["--output_dir", str(o), "--sources", str(w["latin1"]), "--train_tokenizer_vocab_size", "300", "--seq_len", "16"], "latin1.jsonl:2: not UTF-8"),  # noqa: E501
+    # evaluation and tools
+    ("evaluate-task-typo", "evaluate", lambda w, o: ["--model_dir", str(w["model"]), "--tasks", "instella_tiny_arithmetc", "--check_only", "true"], "did you mean"),  # noqa: E501
+    ("evaluate-limit", "evaluate", lambda w, o: ["--model_dir", str(w["model"]), "--tasks", "x", "--limit", "0"], "limit must be >= 1"),  # noqa: E501
+    ("sizing-nodes", "sizing", lambda w, o: ["--nodes", "0"], "nodes must be >= 1"),
+    ("sizing-mfu", "sizing", lambda w, o: ["--target_mfu", "0"], "target_mfu must be in (0, 1]"),
+    ("speculative-repeats", "speculative", lambda w, o: ["--target", str(w["model"]), "--draft", str(w["model"]), "--repeats", "0"], "repeats must be >= 1"),  # noqa: E501
+    ("tokenizer-vocab", "train_tokenizer", lambda w, o: ["--output_dir", str(o), "--corpus", str(w["chat"]), "--vocab_size", "0"], "vocab_size must be >= 1"),  # noqa: E501
+    ("tiny-world-entities", "make_tiny_world", lambda w, o: ["--output_dir", str(o), "--n_entities", "0"], "n_entities must be >= 1"),  # noqa: E501
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("entry, build, expected", [c[1:] for c in BAD_INPUTS], ids=[c[0] for c in BAD_INPUTS])
+def test_bad_input_is_one_clear_line_before_any_work(world, tmp_path, capsys, entry, build, expected):
+    import importlib
+
+    main = importlib.import_module(f"instella_recipes.scripts.{entry}").main
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(a) for a in build(world, out)])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert exit_info.value.code == 2, err[-3000:]
+    assert "Traceback" not in err and len(lines) == 1, err[-3000:]
+    assert expected in lines[0]
+    assert not list(tmp_path.rglob("manifest.json")) and not list(world["root"].rglob("*/out/manifest.json"))
+
+
+def test_a_read_only_output_location_is_named_before_any_work(tmp_path, monkeypatch):
+    """Root ignores folder permissions, so a read-only mount is simulated the way the kernel reports it: no W_OK."""
+    import os
+
+    from instella_recipes.core import check_output_location
+
+    monkeypatch.setattr(os, "access", lambda path, mode: str(path) != str(tmp_path))
+    with pytest.raises(RecipeError, match=rf"output_dir {tmp_path}/run: {tmp_path} is not writable \(read-only\)"):
+        check_output_location(tmp_path / "run")

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 from instella_recipes.scripts import speculative as script
+from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from instella_recipes.core import RecipeError
@@ -109,11 +110,11 @@ def test_bad_inputs_fail_before_any_weights_are_read(pair, tmp_path):
     with pytest.raises(RecipeError, match="no config.json"):
         spec.load_pair(target_dir, tmp_path / "empty")
 
-    # A draft whose tokenizer numbers tokens differently; its weights file is garbage, so reaching it would fail
-    # with a safetensors error instead of ours.
+    # A draft whose tokenizer numbers tokens differently; its weights file holds none of the model's tensors (a
+    # readable header, so the folder check passes), so reaching it would fail with a loading error instead of ours.
     other_tok = train_bpe_tokenizer(["completely different text " * 50, "zebra quartz yodel " * 50], vocab_size=300)
     bad = _llama(tmp_path / "bad", other_tok, len(other_tok), seed=2)
-    (bad / "model.safetensors").write_bytes(b"not weights")
+    save_file({"not_weights": torch.zeros(1)}, str(bad / "model.safetensors"))
     with pytest.raises(RecipeError, match="tokenizer is incompatible"):
         spec.load_pair(target_dir, bad)
     with pytest.raises(SystemExit) as exit_info:

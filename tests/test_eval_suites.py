@@ -196,7 +196,7 @@ def test_preflight_errors_before_any_model_work(tiny_model_dir, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         evaluate.main(["--model_dir", str(tmp_path / "missing"), "--tasks", "tiny_world", "--check_only"])
     assert exit_info.value.code == 2
-    with pytest.raises(RecipeError, match="unknown task or group: no_such_suite"):
+    with pytest.raises(RecipeError, match="unknown task or group 'no_such_suite'"):
         run.preflight(tiny_model_dir, ["tiny_world", "no_such_suite"])
     # online suites and lm-eval's own tasks are known by name; their data is not built here (it would download)
     assert run.preflight(tiny_model_dir, ["instella_pretrain", "arc_easy"]) == 0

@@ -266,3 +266,87 @@ def test_shipped_pipelines_resolve(tmp_path, capsys):
     assert [s.values["seed"] for s in published.select("stage2")] == [5796, 6198, 8915]
     assert main(["--config", "recipes/instella-3b/pipeline.yaml", "--output_dir", str(tmp_path), "--dry_run"]) == 0
     assert "# sft: waiting" in capsys.readouterr().out
+
+
+# A stage that records its pid (and, with --child, the pid of a process it starts) and then works for a long time.
+SLEEPER = textwrap.dedent(
+    """
+    import argparse, os, subprocess, sys, time
+    from pathlib import Path
+    p = argparse.ArgumentParser(); p.add_argument("--pid_file"); p.add_argument("--output_dir")
+    a = p.parse_args()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    Path(a.pid_file + ".partial").write_text(f"{os.getpid()} {child.pid}")
+    os.replace(a.pid_file + ".partial", a.pid_file)
+    time.sleep(120)
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan's zombie may wait for a busy init to reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _wait_until(predicate, limit: float = 60.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + limit
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return predicate()
+
+
+def _start_runner(tmp_path: Path, name: str):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    graph = tmp_path / "slow.yaml"
+    graph.write_text(
+        f"output_dir: {tmp_path / 'run'}\nstages:\n  - name: slow\n    command: {tmp_path / 'sleeper.py'}\n"
+        f"    args: {{pid_file: {tmp_path / name}, output_dir: '{{output}}'}}\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    runner = subprocess.Popen(
+        [sys.executable, str(root / "scripts" / "pipeline.py"), "--config", str(graph)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    assert _wait_until(lambda: (tmp_path / name).is_file()), runner.communicate(timeout=5)
+    return graph, runner, [int(x) for x in (tmp_path / name).read_text().split()]
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT", "SIGHUP", "SIGKILL"])
+def test_stage_processes_die_with_the_runner(tmp_path, signame):
+    """Issue 13.2: the stage and the processes it started stop when the runner is signalled or killed."""
+    import signal
+
+    _graph, runner, pids = _start_runner(tmp_path, "pids")
+    runner.send_signal(getattr(signal, signame))
+    runner.communicate(timeout=60)
+    assert _wait_until(lambda: not any(_alive(pid) for pid in pids)), f"left running after {signame}: {pids}"
+    if signame != "SIGKILL":  # the runner stopped the stage's whole process group and said how to resume
+        assert runner.returncode == 128 + getattr(signal, signame)
+
+
+def test_a_second_run_on_a_locked_stage_folder_says_who_holds_it(tmp_path, capsys):
+    import os
+    import socket
+
+    graph, runner, pids = _start_runner(tmp_path, "pids")
+    try:
+        with pytest.raises(SystemExit, match="2"):
+            main(["--config", str(graph)])
+        err = capsys.readouterr().err
+        assert f"is being written by another run (pid {runner.pid} on host {socket.gethostname()}" in err
+        assert "slow.lock" in err
+    finally:
+        runner.terminate()
+        runner.communicate(timeout=60)
+    assert _wait_until(lambda: not any(_alive(pid) for pid in pids))
+    assert os.path.exists(tmp_path / "run" / "slow.lock")

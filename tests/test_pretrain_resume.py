@@ -110,3 +110,18 @@ def test_two_process_run_checkpoints_and_resumes_on_one_process(data_dir, tmp_pa
         assert losses_one[step] == pytest.approx(losses_two[step], rel=1e-4)
     a, b = _weights(two), _weights(one)
     assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+
+
+@pytest.mark.parametrize("phase", ["start", "end"])
+def test_sigterm_outside_the_training_loop_exits_zero_in_a_consistent_state(data_dir, tmp_path, phase):
+    """Issue 13.8: SIGTERM during start-up stops before anything is written; during the final save the save
+    completes. Both exit 0 (not -15)."""
+    run = tmp_path / phase
+    plugin = ["--plugins", "instella_recipes.training.fault_injection:signal_at_phase"]
+    argv = pretrain_argv(data_dir, run, max_steps=2, save_steps=100) + plugin
+    done = _run([sys.executable, "scripts/pretrain.py", *argv, "--plugin_args", json.dumps({"phase": phase})])
+    assert done.returncode == 0, done.stderr[-2000:]
+    if phase == "start":
+        assert "pre-empted during start-up" in done.stderr and not run.exists()
+    else:
+        assert json.loads((run / "manifest.json").read_text())["global_step"] == 2

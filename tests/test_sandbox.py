@@ -281,3 +281,18 @@ def test_a_dead_worker_is_replaced():
         lost = pool.run("def answer():\n    return 1\n", [{}])
         assert lost.reason == "crashed" and not lost.results[0].ok
         assert pool.run("def answer():\n    return 2\n", [{}]).results[0].value == 2
+
+
+@needs_bwrap
+def test_each_program_folder_is_removed_and_a_later_program_sees_nothing_of_it():
+    """Issue 13.5: a program that locks its folder (chmod 000 / 0500) still has it removed after it; the next program
+    on the same worker finds only its own folder under the worker's job root."""
+    litter = (
+        "import os\ndef answer(x):\n    os.mkdir('locked')\n    open('locked/secret.txt', 'w').write('s' * 1000)\n"
+        "    open('top.txt', 'w').write('t')\n    os.chmod('locked', 0)\n    os.chmod('.', 0o500)\n    return 1\n"
+    )
+    look = "import os\ndef answer(x):\n    return len(os.listdir('..'))\n"
+    with SandboxPool(SandboxConfig(workers=1, wall_seconds=10)) as pool:
+        for _ in range(3):
+            assert pool.run(litter, [{"x": 1}]).results[0].value == 1
+        assert pool.run(look, [{"x": 1}]).results[0].value == 1  # its own folder, nothing else

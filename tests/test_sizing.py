@@ -64,8 +64,8 @@ def test_zaya_recipe_counts_active_experts_only():
 def test_bad_input_is_clear(capsys):
     for argv, message in (
         (["--model", "gpt-5"], "neither a preset"),
-        (["--nodes", "0"], "--nodes must be >= 1"),
-        (["--target_mfu", "1.5"], "--target_mfu must be in (0, 1]"),
+        (["--nodes", "0"], "nodes must be >= 1, got 0"),
+        (["--target_mfu", "1.5"], "target_mfu must be in (0, 1], got 1.5"),
     ):
         with pytest.raises(SystemExit) as exit_info:
             sizing.main(argv)

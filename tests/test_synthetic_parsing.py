@@ -78,10 +78,20 @@ def test_journal_ignores_and_repairs_a_torn_last_line(tmp_path):
     assert [json.loads(line)["event"] for line in lines] == ["round", "variants"]
 
 
-def test_http_backend_reports_unreachable_server_as_empty_reply():
+def test_http_backend_reports_unreachable_server_as_a_failed_reply_with_the_error():
     backend = OpenAIBackend("http://127.0.0.1:9/v1", "m", max_retries=0, timeout=2)
-    assert backend.url == "http://127.0.0.1:9/v1/chat/completions"
-    assert backend.generate([Request([{"role": "user", "content": "hi"}])]) == [[]]
+    (reply,) = backend.generate([Request([{"role": "user", "content": "hi"}])])
+    assert reply == [] and "APIConnectionError" in reply.error
+
+
+def test_http_backend_retries_a_failing_server_with_the_clients_backoff_then_fails():
+    from tests.synthetic_fakes import OracleServer
+
+    with OracleServer(fail_first=5) as server:
+        backend = OpenAIBackend(server.url, "m", max_retries=2, max_concurrency=1)
+        (reply,) = backend.generate([Request([{"role": "user", "content": "hi"}])])
+    assert reply == [] and "503" in reply.error
+    assert len(server.log) == 3  # the first try and max_retries=2 retries, then the error is reported
 
 
 def test_shipped_recipes_parse():

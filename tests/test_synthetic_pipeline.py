@@ -215,3 +215,63 @@ def test_missing_bubblewrap_fails_closed_before_any_generation(tmp_path, monkeyp
     with pytest.raises(RecipeError, match="bubblewrap"):
         run(SyntheticArgs(seeds=str(SEEDS), output_dir=str(tmp_path / "out"), **SMALL), backend=backend)
     assert backend.requests == 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@needs_bwrap
+def test_server_outage_fails_the_run_and_the_same_command_retries_every_seed(tmp_path, capsys):
+    """Issue 13.1: with the server down the run exits 1 with the backend's error, writes no manifest or dataset and
+    journals no seed as done; once the server is up, the same command generates the whole dataset."""
+    port = _free_port()
+    argv = ["--config", str(ROOT / "recipes" / "synthetic_gsm8k" / "tiny.yaml"), "--output_dir", str(tmp_path / "o")]
+    argv += ["--base_url", f"http://127.0.0.1:{port}/v1", "--max_retries", "1", "--target_per_seed", "10"]
+    argv += ["--cot_samples_per_request", "4", "--max_cot_rounds", "3", "--program_timeout", "2"]
+    with pytest.raises(SystemExit) as exit_info:
+        entry_main()(argv)
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert "failed for 6 of 6 seed problems" in err and "APIConnectionError" in err
+    out = tmp_path / "o"
+    assert not (out / "manifest.json").exists() and not (out / "train.parquet").exists()
+    assert _journal_lines(out / "journal") == 0  # no step, and no seed, recorded as done or failed
+    with OracleServer(port=port) as server:
+        summary = entry_main()(argv)
+    assert len(server.log) > 0 and summary["seed_problems_solved"] == 6 and summary["samples_kept"] == 60
+    assert (out / "manifest.json").is_file()
+
+
+@needs_bwrap
+def test_backend_errors_within_the_stated_fraction_still_finish_and_are_retried_next_run(tmp_path):
+    class Flaky(ScriptedBackend):
+        """Fails every request about seed 2 (the bike question) on the first run only."""
+
+        broken = True
+
+        def generate(self, requests):
+            from instella_recipes.synthetic_gsm8k.backends import Failed
+
+            replies = super().generate(requests)
+            return [
+                Failed("APIConnectionError: down") if self.broken and "bike" in r.messages[-1]["content"] else reply
+                for r, reply in zip(requests, replies)
+            ]
+
+    out = tmp_path / "out"
+    backend = Flaky()
+    common = dict(seeds=str(SEEDS), output_dir=str(out), **SMALL)
+    with pytest.raises(Exception, match="failed for 1 of 6 seed problems .*first error: APIConnectionError: down"):
+        run(SyntheticArgs(**common), backend=backend)
+    assert not (out / "manifest.json").exists()
+    summary = run(SyntheticArgs(**common, max_backend_error_fraction=0.2), backend=backend)
+    assert summary["seed_problems_left_for_backend_errors"] == 1 and (out / "manifest.json").is_file()
+    backend.broken = False
+    summary = run(SyntheticArgs(**common), backend=backend)
+    assert summary["seed_problems_left_for_backend_errors"] == 0
+    assert summary["seed_problems"] == 6 and "backend_error" not in summary["rejections"]

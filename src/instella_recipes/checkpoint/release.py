@@ -237,8 +237,11 @@ def load_for_release(args: ReleaseArguments):
 
     import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
 
+    from .safetensors_io import check_model_finite
+
     dtype = "auto" if args.dtype == "auto" else getattr(torch, args.dtype)
     model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=dtype)
+    check_model_finite(model, f"model_dir {args.model_dir}")  # a NaN tensor must not be published
     config = model.config
     model.generation_config = GenerationConfig(
         bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id

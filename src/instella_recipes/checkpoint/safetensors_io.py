@@ -6,6 +6,10 @@ tensors, so the plan costs no memory) with the Hub's file names and index; `writ
 safetensors as soon as all of its tensors have arrived. Whole in-memory models are saved with `save_pretrained`
 instead (transformers shards through the same huggingface_hub code).
 
+Damage is a `RecipeError` naming the file (or tensor), never a traceback: a truncated, random-bytes or otherwise
+unreadable file fails at its header (`check_readable`), and a tensor holding NaN or inf fails when it is read
+(`TensorSource`) or, for a whole loaded model, in `check_model_finite`.
+
 Why not `huggingface_hub.save_torch_state_dict`: it needs the whole state dict in memory, and a 3B merge of three
 inputs or a 70B conversion should stay near one shard of memory.
 """
@@ -56,7 +60,10 @@ class TensorSource:
         return key in self._read
 
     def __call__(self, key: str) -> torch.Tensor:
-        return self._read[key](key)
+        """The tensor `key`; a non-finite value in it is a `RecipeError` naming the tensor and the checkpoint."""
+        tensor = self._read[key](key)
+        check_finite(key, tensor, self.path)
+        return tensor
 
     def meta(self, key: str) -> torch.Tensor:
         """A meta tensor with the stored shape and dtype (for safetensors, read from the header only)."""
@@ -77,6 +84,44 @@ def _open(file: Path):
         return safe_open(str(file), "pt")
     except Exception as error:  # noqa: BLE001 - safetensors raises several types for a damaged file
         raise RecipeError(f"{file}: not a readable safetensors file ({error}); re-copy or re-write it") from None
+
+
+def check_finite(name: str, tensor: torch.Tensor, where) -> None:
+    """A floating-point tensor must hold no NaN or inf (a diverged or damaged checkpoint would train, merge or
+    release silently: the Trainer skips every step and the output still holds the bad tensor)."""
+    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        bad = int((~torch.isfinite(tensor)).sum())
+        raise RecipeError(
+            f"{where}: tensor {name} holds {bad} non-finite value(s) (NaN/inf): use an earlier checkpoint of the run "
+            f"(or re-convert/re-merge it); nothing was written"
+        )
+
+
+def check_model_finite(model: torch.nn.Module, where) -> None:
+    """Every parameter and buffer of a loaded model is finite (see `check_finite`)."""
+    for name, tensor in model.state_dict().items():
+        if not tensor.is_meta:
+            check_finite(name, tensor.detach(), where)
+
+
+def check_readable(folder: str | Path) -> None:
+    """Every safetensors file of `folder` (and every shard its index names) opens: a truncated, empty or random-bytes
+    file is a `RecipeError` naming it. Reads headers only."""
+    folder = Path(folder)
+    files = set(folder.glob("*.safetensors"))
+    index = folder / SAFETENSORS_INDEX_FILE
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise RecipeError(f"{index}: not a safetensors index ({err}); re-write the model folder") from None
+        for name in sorted(set(weight_map.values())):
+            if not (folder / name).is_file():
+                raise RecipeError(f"{index} names {name}, which is missing: re-copy the model folder")
+            files.add(folder / name)
+    for file in sorted(files):
+        with _open(file):
+            pass
 
 
 def plan_shards(meta_tensors: dict[str, torch.Tensor], max_shard_size: int | str) -> StateDictSplit:

@@ -46,6 +46,23 @@ def atomic_file(path: str | Path, mode: str = "w", **open_kwargs) -> Iterator:
     os.replace(tmp, path)
 
 
+def check_output_location(path: str | Path, what: str = "output_dir") -> Path:
+    """`path` is a folder that exists or can be made, in a writable place; otherwise a `RecipeError` naming `what`:
+    `path` is a file, something on its way is a file, or the nearest existing folder is read-only (a read-only
+    mount, or permissions). Call it before any work, so a bad output location is not found after hours."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise RecipeError(f"{what} {path} is a file, not a folder: choose a folder path")
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise RecipeError(f"{what} {path}: {existing} is a file, so no folder can be made under it; fix the path")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RecipeError(f"{what} {path}: {existing} is not writable (read-only); choose a writable folder")
+    return path
+
+
 @contextlib.contextmanager
 def atomic_output_dir(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
     """Yield `path.partial` (fresh and empty) to build a folder in; on a clean exit it becomes `path`.
@@ -53,7 +70,7 @@ def atomic_output_dir(path: str | Path, overwrite: bool = False) -> Iterator[Pat
     On an exception the partial folder is removed and `path` is untouched. An existing `path` is replaced only with
     `overwrite=True` (the caller decides, and says so in its own error, whether that is allowed).
     """
-    path = Path(path)
+    path = check_output_location(path)
     tmp = partial_path(path)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

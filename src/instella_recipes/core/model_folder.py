@@ -12,7 +12,8 @@ def looks_like_hub_id(name: str) -> bool:
 
 def check_model_folder(path: str | Path | None, what: str = "model folder", allow_hub_id: bool = False) -> Path:
     """`path` as a Path when it is a folder holding `config.json`; otherwise a `RecipeError` that names `what`
-    (the field or role, e.g. `model_name_or_path`, `draft`) and says how to fix it."""
+    (the field or role, e.g. `model_name_or_path`, `draft`) and says how to fix it. Its safetensors files must
+    open (headers only: a truncated or random-bytes file is named here, not as a traceback from the loader)."""
     if path is None or str(path) == "":
         raise RecipeError(
             f"{what} is not set: point it at a model folder (a stage output or a save_pretrained folder)"
@@ -29,4 +30,7 @@ def check_model_folder(path: str | Path | None, what: str = "model folder", allo
             f"{what} {path} is not a model folder: it has no config.json (did the stage that writes it finish? "
             f"models are written with save_pretrained)"
         )
+    from instella_recipes.checkpoint.safetensors_io import check_readable  # torch: only once a folder is checked
+
+    check_readable(path)
     return path

@@ -18,6 +18,8 @@ from tqdm.auto import tqdm
 from instella_recipes.core import (
     RecipeError,
     atomic_output_dir,
+    check_positive,
+    check_range,
     file_digest,
     get_logger,
     read_manifest,
@@ -38,6 +40,7 @@ from instella_recipes.data.sources import (
     fingerprint,
     load_source,
     local_files,
+    name_undecodable_line,
     repeat_indices,
 )
 from instella_recipes.data.tokenizer import load_tokenizer, train_bpe_tokenizer
@@ -70,6 +73,15 @@ class PrepareArguments:
     shuffle_buffer: int = field(default=10000, metadata={"help": "Streaming: documents in the shuffle buffer."})
     max_tokens: int | None = field(default=None, metadata={"help": "Streaming: stop after this many tokens."})
     overwrite: bool = field(default=False, metadata={"help": "Rebuild an output folder made from other inputs."})
+
+    def __post_init__(self):
+        check_positive(self, "batch_size", "shuffle_buffer")
+        check_range("seq_len", self.seq_len, 2, integer=True, hint="tokens per window")
+        check_range("train_tokenizer_vocab_size", self.train_tokenizer_vocab_size, 1, integer=True, allow_none=True)
+        check_range("num_proc", self.num_proc, 1, integer=True, allow_none=True)
+        check_range("total_tokens", self.total_tokens, 1, integer=True, allow_none=True)
+        check_range("max_tokens", self.max_tokens, 1, integer=True, allow_none=True)
+        check_range("seed", self.seed, 0, integer=True)
 
 
 def _tokenizer_identity(args: PrepareArguments) -> str:
@@ -138,8 +150,6 @@ def prepare(args: PrepareArguments) -> Path:
     """Build (or reuse) the prepared folder; return its path."""
     if not args.sources:
         raise RecipeError("no sources: list at least one under 'sources' in the recipe")
-    if args.seq_len < 2:
-        raise RecipeError(f"seq_len must be >= 2, got {args.seq_len}")
     specs = [SourceSpec.from_recipe(i, raw, exclude=POST_TRAINING_ONLY) for i, raw in enumerate(args.sources)]
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
@@ -162,7 +172,8 @@ def prepare(args: PrepareArguments) -> Path:
     # encode on 2 cores, vs 0.74-0.8 with 2 forked map processes); num_proc > 1 pays off on many-core CPU nodes.
     num_proc = args.num_proc or 1
     loaded = [load_source(s, streaming=args.streaming, num_proc=num_proc) for s in specs]
-    tokenizer = _get_tokenizer(args, [] if args.streaming else loaded)
+    with name_undecodable_line(specs):
+        tokenizer = _get_tokenizer(args, [] if args.streaming else loaded)
     eos_id = tokenizer.eos_token_id
     if eos_id is None:
         raise RecipeError(f"tokenizer {args.tokenizer} has no EOS token; documents must end with one")
@@ -172,7 +183,10 @@ def prepare(args: PrepareArguments) -> Path:
     with atomic_output_dir(out, overwrite=True) as partial:
         tokenizer.save_pretrained(partial / "tokenizer")
         writer = WindowWriter(partial / TOKENS, args.seq_len, dtype)
-        counts, dropped = _write_windows(args, specs, loaded, make_tokenize_fn(tokenizer, eos_id), writer, num_proc)
+        with name_undecodable_line(specs):
+            counts, dropped = _write_windows(
+                args, specs, loaded, make_tokenize_fn(tokenizer, eos_id), writer, num_proc
+            )
         tok_json = partial / "tokenizer" / "tokenizer.json"
         write_manifest(
             partial,

@@ -20,6 +20,7 @@ user can fix (missing file, missing column, malformed jsonl line, empty source) 
 source, file and line, raised before any tokenisation starts.
 """
 
+import contextlib
 import hashlib
 import math
 import operator
@@ -156,6 +157,18 @@ def find_bad_json_line(files: list[Path]) -> str | None:
         except RecipeError as error:
             return str(error)
     return None
+
+
+@contextlib.contextmanager
+def name_undecodable_line(specs: list[SourceSpec]):
+    """Arrow's JSON reader keeps bytes that are not UTF-8 and Python fails only when the text is read (training the
+    tokenizer, tokenising, converting): turn that late `UnicodeDecodeError` into a `RecipeError` naming file:line."""
+    try:
+        yield
+    except UnicodeDecodeError as err:
+        files = [f for s in specs if s.path for f in (local_files(s) or [])]
+        problem = find_bad_json_line(files)
+        raise RecipeError(problem or f"a source holds text that is not UTF-8 ({err}); re-encode it as UTF-8") from None
 
 
 def _tiny_world_rows(spec: SourceSpec) -> list[dict]:

@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from instella_recipes.core import RecipeError, check_model_folder
+from instella_recipes.core import RecipeError, check_model_folder, did_you_mean
 from instella_recipes.core.paths import TASKS_DIR
 
 CHAT_SUITES = ("instella_instruct",)  # run with the model's chat template
@@ -49,8 +49,9 @@ def split_tasks(names: list[str]):
         elif name in ours.all_tasks or _upstream_mentions(name):
             upstream.append(name)
         else:
+            hint = did_you_mean(name, ours.all_tasks, "check the spelling")
             raise RecipeError(
-                f"unknown task or group: {name}; our suites: {', '.join(ours.all_groups)} "
+                f"tasks: unknown task or group '{name}' ({hint}); our suites: {', '.join(ours.all_groups)} "
                 "(or any name `lm_eval ls tasks` lists)"
             )
     return ours, local, upstream

@@ -7,8 +7,18 @@ died half-way never looks complete) and the run record says the pipeline ran it 
 Complete stages are skipped; a stage whose recipe, arguments or inputs changed is run again from an empty folder;
 one that was interrupted with the same identity keeps its folder so that an entry point can resume from it. `plan`
 says beforehand which stages a run will run and why (`--dry_run`), dependents of re-run stages included.
+
+Stage processes never outlive the runner: each starts in its own session (process group), which the runner stops
+(SIGTERM, then SIGKILL after a grace period) when it is interrupted (SIGINT, SIGTERM, SIGHUP) or fails, and the
+kernel sends it SIGTERM when the runner itself dies (PR_SET_PDEATHSIG, for SIGKILL of the runner), while a tiny
+watchdog process stops the rest of its group then (the processes the stage started). A lock file beside
+each stage folder (`<folder>.lock`, fcntl.flock, naming the holder's pid and host) keeps a second run from writing it
+at the same time; the stage process inherits the lock, so it holds while that process lives.
 """
 
+import contextlib
+import ctypes
+import fcntl
 import hashlib
 import json
 import os
@@ -16,8 +26,11 @@ import re
 import resource
 import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -39,6 +52,18 @@ from .graph import ROOT, Pipeline, Stage, _arguments, command_line, render_recip
 
 class StageFailed(RuntimeError):
     """A stage exited non-zero or finished without its manifest; the message names the stage and its log."""
+
+
+class PipelineInterrupted(KeyboardInterrupt):
+    """The runner got SIGTERM or SIGHUP (SIGINT stays a plain KeyboardInterrupt); the running stage was stopped."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+STOP_GRACE_S = 30.0  # seconds a stopped stage gets to save a consistent state before SIGKILL
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 def log_path(pipeline: Pipeline, stage: Stage) -> Path:
@@ -140,6 +165,137 @@ def _stream(proc, log, bar, verbose: bool) -> list[str]:
     return (tail + [pending])[-20:] if pending.strip() else tail
 
 
+def _die_with_runner(runner_pid: int):
+    """A `preexec_fn`: in the forked child, ask the kernel for SIGTERM when the runner dies (it may be SIGKILLed and
+    get no chance to stop its stages). subprocess has no option for this; prctl is Linux-only, so elsewhere it is
+    skipped (the process-group handling still covers every signal the runner can catch)."""
+
+    def preexec() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != runner_pid:  # the runner died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
+def _start_stage(argv: list[str], env: dict, lock_fd: int) -> subprocess.Popen:
+    """The stage in its own session (so its whole process tree can be signalled), holding the stage lock."""
+    return subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        bufsize=0,
+        start_new_session=True,
+        pass_fds=(lock_fd,),
+        preexec_fn=_die_with_runner(os.getpid()),
+    )
+
+
+# The watchdog: a bare Python process (no imports of ours) that waits for EOF on a pipe only the runner writes to,
+# i.e. for the runner to end however it ends, then stops whatever is left of the stage's process group.
+_WATCHDOG = """
+import os, signal, sys, time
+fd, pgid, grace = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+while os.read(fd, 1):
+    pass
+def signal_group(sig):
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+signal_group(signal.SIGTERM)
+deadline = time.monotonic() + grace
+while time.monotonic() < deadline and signal_group(0):
+    time.sleep(0.2)
+signal_group(signal.SIGKILL)
+"""
+
+
+def _start_watchdog(pgid: int, grace: float = STOP_GRACE_S) -> int:
+    """Start the watchdog for process group `pgid`; return the pipe's write end, which the runner keeps open while
+    the stage runs and closes after it (the kernel closes it if the runner is killed)."""
+    read_end, write_end = os.pipe()
+    subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(read_end), str(pgid), str(grace)],
+        pass_fds=(read_end,),
+        start_new_session=True,  # a signal to the runner's group must not take the watchdog with it
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(read_end)
+    return write_end
+
+
+def _stop_stage(proc: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:
+    """SIGTERM to the stage's process group (entry points save a consistent state on it), SIGKILL after `grace`."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    with contextlib.suppress(ProcessLookupError):  # members of the group that outlived its leader
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def lock_path(pipeline: Pipeline, stage: Stage) -> Path:
+    output = pipeline.output_of(stage)
+    return output.with_name(output.name + ".lock")
+
+
+@contextlib.contextmanager
+def stage_lock(pipeline: Pipeline, stage: Stage):
+    """Hold `<stage folder>.lock` (fcntl.flock) while the stage runs; yield its fd (passed on to the stage process).
+    A folder another run holds is a `RecipeError` naming that run's pid and host, before anything is touched."""
+    path = lock_path(pipeline, stage)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = path.read_text().strip() or "an unknown process"
+            raise RecipeError(
+                f"stage '{stage.name}': {pipeline.output_of(stage)} is being written by another run ({holder}, lock "
+                f"{path}); wait for it to finish or stop it, then run again"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode(), 0)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """While the pipeline runs, SIGTERM and SIGHUP raise `PipelineInterrupted` in the main thread (as SIGINT raises
+    KeyboardInterrupt), so the running stage is stopped instead of being orphaned."""
+    if threading.current_thread() is not threading.main_thread():  # signal handlers live in the main thread
+        yield
+        return
+
+    def handler(signum, _frame):
+        raise PipelineInterrupted(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 def _children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -147,9 +303,15 @@ def _children_cpu() -> float:
 
 def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False, launcher=None) -> dict:
     """Run one stage whose inputs are complete; return its run record or raise `StageFailed`. `launcher(argv)`
-    (the executor seam) may wrap the command, e.g. in `srun` inside a Slurm job (pipeline/slurm.py)."""
+    (the executor seam) may wrap the command, e.g. in `srun` inside a Slurm job (pipeline/slurm.py). The stage
+    folder is locked for the whole run (a `RecipeError` when another run holds it)."""
     for name in stage.inputs:
         require_complete(pipeline.output_of(pipeline.stage(name)), f"stage '{stage.name}' input '{name}'")
+    with stage_lock(pipeline, stage) as lock_fd:
+        return _run_locked(pipeline, stage, lock_fd, bar, verbose, launcher)
+
+
+def _run_locked(pipeline: Pipeline, stage: Stage, lock_fd: int, bar, verbose: bool, launcher) -> dict:
     output, status = pipeline.output_of(stage), stage_status(pipeline, stage)
     if status == "stale" or (output / MANIFEST).exists():
         shutil.rmtree(output)  # made by another recipe or input: start clean (entry points refuse foreign runs)
@@ -185,20 +347,17 @@ def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False,
     with open(log, "wb") as handle:
         handle.write(f"$ {shlex.join(argv)}\n".encode())
         handle.flush()
-        proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_child_env(pipeline, stage), bufsize=0
-        )
+        proc = _start_stage(argv, _child_env(pipeline, stage), lock_fd)
+        watchdog = _start_watchdog(proc.pid)
         try:
             tail = _stream(proc, handle, bar, verbose)
             code = proc.wait()
-        except BaseException:  # Ctrl-C or an engine error: do not leave the child running
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        except BaseException:  # a signal or an engine error: do not leave the stage's processes running
+            _stop_stage(proc)
+            os.close(watchdog)
             _write_record(pipeline, stage, {**record, "status": "interrupted", "wall_s": time.monotonic() - start})
             raise
+    os.close(watchdog)  # the watchdog now stops what the stage left behind in its group, if anything
     # CPU seconds of the stage's processes: unlike wall time, barely changed by other load on the machine.
     record.update(wall_s=round(time.monotonic() - start, 2), cpu_s=round(_children_cpu() - cpu_start, 2))
     record["returncode"] = code
@@ -291,6 +450,16 @@ def run_pipeline(
     bar = None if verbose else tqdm(total=len(stages), dynamic_ncols=True, file=sys.stderr, bar_format=bar_format)
     say = print if verbose else tqdm.write
     try:
+        _run_stages(pipeline, stages, force, bar, say, summary)
+    finally:
+        if bar is not None:
+            bar.close()
+    return summary
+
+
+def _run_stages(pipeline: Pipeline, stages: list[Stage], force: bool, bar, say, summary: list) -> None:
+    verbose = bar is None
+    with stop_on_signals():
         for index, stage in enumerate(stages, 1):
             if bar is not None:
                 bar.set_description_str(f"{stage.name}")
@@ -307,7 +476,3 @@ def run_pipeline(
                 summary.append({"stage": stage.name, "action": "ran", "wall_s": record["wall_s"]})
             if bar is not None:
                 bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
-    return summary

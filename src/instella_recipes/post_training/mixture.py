@@ -17,7 +17,15 @@ import numpy as np
 from datasets import Dataset, concatenate_datasets
 
 from instella_recipes.core import RecipeError
-from instella_recipes.data.sources import PRETRAINING_ONLY, SourceSpec, load_rows, make_filter, repeat_indices
+from instella_recipes.data.sources import (
+    PRETRAINING_ONLY,
+    SourceSpec,
+    find_bad_json_line,
+    load_rows,
+    local_files,
+    make_filter,
+    repeat_indices,
+)
 
 from .converters import CONVERTERS, MMLU_DATA_SEED, SEQUENTIAL_CONVERTERS
 
@@ -43,11 +51,25 @@ def _convert(dataset: Dataset, source: SourceSpec, num_proc: int | None, convers
             f"source {source.path}: converter '{source.converter}' cannot read its rows (missing field {err}); "
             f"the dataset has columns {dataset.column_names}. Pick the converter for this dataset ({known})."
         ) from None
-    if sequential:  # one random state over the rows in order (the authors'): one process, in row order
-        return Dataset.from_list(list(sequential(dataset, conversion_seed)))
-    return dataset.map(
-        fn, with_indices=True, remove_columns=dataset.column_names, num_proc=num_proc, desc=f"convert {source.path}"
-    )
+    try:
+        if sequential:  # one random state over the rows in order (the authors'): one process, in row order
+            return Dataset.from_list(list(sequential(dataset, conversion_seed)))
+        return dataset.map(
+            fn,
+            with_indices=True,
+            remove_columns=dataset.column_names,
+            num_proc=num_proc,
+            desc=f"convert {source.path}",
+        )
+    except (KeyError, TypeError, ValueError, UnicodeDecodeError) as err:  # a later row differs from the first
+        files = local_files(source) if source.path else None
+        problem = find_bad_json_line(files) if files else None
+        known = sorted([*CONVERTERS, *SEQUENTIAL_CONVERTERS])
+        raise RecipeError(
+            problem
+            or f"source {source.path}: converter '{source.converter}' failed on a row ({type(err).__name__}: "
+            f"{err}); fix that row or pick the converter for this dataset ({known})"
+        ) from None
 
 
 def _upsample(dataset: Dataset, repeat: float | None, seed: int) -> Dataset:

@@ -13,8 +13,11 @@ from transformers import AutoModelForCausalLM
 from trl import get_peft_config
 
 import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
+from instella_recipes.checkpoint.safetensors_io import check_model_finite
 from instella_recipes.core import (
     check_model_folder,
+    check_output_location,
+    check_range,
     file_digest,
     get_logger,
     read_manifest,
@@ -60,15 +63,16 @@ class PostTrainArgs:
     )
 
     def __post_init__(self):
+        check_range("max_skip_fraction", self.max_skip_fraction, 0, 1)
+        check_range("global_batch_size", self.global_batch_size, 1, integer=True, allow_none=True)
+        check_range("max_samples", self.max_samples, 1, integer=True, allow_none=True)
+        check_range("cpu_threads", self.cpu_threads, 1, integer=True, allow_none=True)
         self.sources = [_parse_source(s) for s in self.sources]
         if self.cpu_threads:  # tiny models: thread sync costs more than a second core gains
             torch.set_num_threads(self.cpu_threads)
         if self.overlong not in OVERLONG_POLICIES:
             raise ValueError(f"overlong must be one of {OVERLONG_POLICIES}, not '{self.overlong}'")
-        if not 0 <= self.max_skip_fraction <= 1:
-            raise ValueError(f"max_skip_fraction must be in [0, 1], not {self.max_skip_fraction}")
-        if self.conversion_seed < 0:
-            raise ValueError(f"conversion_seed must be >= 0, not {self.conversion_seed}")
+        check_range("conversion_seed", self.conversion_seed, 0, integer=True)
 
 
 def _parse_source(source) -> dict:
@@ -105,9 +109,11 @@ def load_model(model_args):
     check_model_path(model_args)
     path = model_args.model_name_or_path
     dtype = getattr(torch, model_args.dtype) if model_args.dtype not in (None, "auto") else model_args.dtype
-    return AutoModelForCausalLM.from_pretrained(
+    model = AutoModelForCausalLM.from_pretrained(
         path, dtype=dtype, attn_implementation=model_args.attn_implementation, revision=model_args.model_revision
     )
+    check_model_finite(model, f"model_name_or_path {path}")
+    return model
 
 
 def check_launch(args: PostTrainArgs, training_args, model, tokenizer) -> None:
@@ -207,6 +213,7 @@ def recipe_path(argv: list[str] | None) -> str | None:
 def build_trainer_for(trainer_cls, prepare, args: PostTrainArgs, training_args, model_args, **mixture_kwargs):
     """What SFT and DPO share up to a ready trainer: tokenizer with the chat template, the checked data mixture
     (`prepare` tokenizes it and reports skips), the model, the launch checks. Returns (trainer, data report)."""
+    check_output_location(training_args.output_dir)
     check_schedule_kwargs(training_args.lr_scheduler_kwargs)
     tokenizer = load_tokenizer_with_template(args, model_args)
     # Rank 0 builds and tokenizes the mixture first; the other ranks then load it from the datasets cache

@@ -1,16 +1,14 @@
 """Generation backends behind one small interface: `generate(requests) -> replies` (one list of strings per
-request; an empty list when the backend failed for that request, which the pipeline counts as `backend_error`).
+request). A request the backend could not serve gets a `Failed` reply: an empty list (so `if not reply` holds)
+that carries the error's text; the pipeline leaves that seed's step undone, so the next run retries it.
 
-- `OpenAIBackend`: any OpenAI-compatible chat-completions server (vLLM, SGLang, `transformers serve`, hosted APIs),
-  over the standard library's HTTP client, with a concurrency limit and bounded retries.
+- `OpenAIBackend`: any OpenAI-compatible chat-completions server (vLLM, SGLang, `transformers serve`, hosted APIs)
+  through the `openai` client (its retries with exponential backoff on connection errors, timeouts, 408/409/429 and
+  5xx; its per-request timeout), with a concurrency limit.
 - `TransformersBackend`: a local model through `model.generate`, batched (left padding, chat template).
 """
 
-import json
 import os
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -29,14 +27,27 @@ class Request:
     stop: list[str] = field(default_factory=list)
 
 
+class Failed(list):
+    """The reply to a request the backend could not serve (after its retries): empty, with the error's text."""
+
+    def __init__(self, error: str):
+        super().__init__()
+        self.error = error
+
+
+def failure_text(reply: list[str]) -> str:
+    """The error a failed reply carries (a backend that signals failure with a bare `[]` gives 'no reply')."""
+    return getattr(reply, "error", "no reply")
+
+
 class Backend(Protocol):
     def generate(self, requests: list[Request]) -> list[list[str]]: ...
 
 
 class OpenAIBackend:
-    """Chat completions over HTTP. `max_concurrency` requests in flight at once; `max_retries` retries with
-    exponential backoff on connection errors, 429 and 5xx; servers that return fewer than `n` choices are asked
-    again for the rest."""
+    """Chat completions through the `openai` client. `max_concurrency` requests in flight at once; `max_retries`
+    and `timeout` are the client's own (retries with exponential backoff); servers that return fewer than `n`
+    choices are asked again for the rest."""
 
     def __init__(
         self,
@@ -47,52 +58,37 @@ class OpenAIBackend:
         timeout: float = 600.0,
         max_retries: int = 3,
     ):
-        self.url = base_url.rstrip("/") + (
-            "/chat/completions" if base_url.rstrip("/").endswith("/v1") else "/v1/chat/completions"
+        import openai  # imported here: only this backend needs it
+
+        self.openai = openai
+        # Local servers (vLLM, SGLang) take any key; the client refuses to start without one.
+        self.client = openai.OpenAI(
+            base_url=base_url, api_key=api_key or "EMPTY", max_retries=max_retries, timeout=timeout
         )
         self.model = model
-        self.api_key = api_key
         self.max_concurrency = max_concurrency
-        self.timeout = timeout
-        self.max_retries = max_retries
-
-    def _post(self, body: dict) -> dict:
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
-        with urllib.request.urlopen(request, timeout=self.timeout) as response:
-            return json.loads(response.read())
 
     def _one(self, req: Request) -> list[str]:
         replies: list[str] = []
         for _attempt in range(max(1, req.n)):  # top up when the server returns fewer choices than asked (no `n`)
-            body = {"model": self.model, "messages": req.messages, "n": req.n - len(replies)}
-            body.update(temperature=req.temperature, max_tokens=req.max_tokens)
-            if req.seed is not None:
-                body["seed"] = req.seed + len(replies)
+            extra = {"seed": req.seed + len(replies)} if req.seed is not None else {}
             if req.stop:
-                body["stop"] = req.stop
-            data = self._with_retries(body)
-            if data is None:
-                break
-            replies += [(c.get("message") or {}).get("content") or "" for c in data.get("choices", [])]
+                extra["stop"] = req.stop
+            try:
+                completion = self.client.chat.completions.create(
+                    model=self.model,
+                    messages=req.messages,
+                    n=req.n - len(replies),
+                    temperature=req.temperature,
+                    max_tokens=req.max_tokens,
+                    **extra,
+                )
+            except self.openai.OpenAIError as err:  # after the client's own retries
+                return Failed(f"{type(err).__name__}: {err}")
+            replies += [choice.message.content or "" for choice in completion.choices or []]
             if len(replies) >= req.n:
                 break
         return replies[: req.n]
-
-    def _with_retries(self, body: dict) -> dict | None:
-        for attempt in range(self.max_retries + 1):
-            try:
-                return self._post(body)
-            except urllib.error.HTTPError as err:
-                if err.code != 429 and err.code < 500:
-                    return None  # a request the server will never accept: do not hammer it
-            except (urllib.error.URLError, OSError, ValueError):
-                pass
-            if attempt < self.max_retries:
-                time.sleep(min(30.0, 0.5 * 2**attempt))
-        return None
 
     def generate(self, requests: list[Request]) -> list[list[str]]:
         with ThreadPoolExecutor(max_workers=max(1, self.max_concurrency)) as pool:

@@ -12,6 +12,10 @@ Per seed problem:
 Each step of a chunk is one batched call to the backend (so a local model batches and an HTTP server sees
 `max_concurrency` requests in flight) and one `run_many` on the sandbox pool. Every finished step is journaled per
 seed (journal.py); the final dataset is assembled from the journals, so a resumed run gives the same dataset.
+
+A request the backend could not serve (after its retries) is not a rejection: the seed's step is left undone and
+unjournaled, the seed is set aside for the rest of this run (`Generator.deferred`, with the error's text), and the
+next run asks the very same requests again.
 """
 
 import hashlib
@@ -22,7 +26,7 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
-from .backends import Backend, Request
+from .backends import Backend, Request, failure_text
 from .journal import Journal
 from .parsing import (
     Rejected,
@@ -107,6 +111,7 @@ class Generator:
 
     def __init__(self, backend: Backend, pool: SandboxPool, journal: Journal, settings: Settings):
         self.backend, self.pool, self.journal, self.s = backend, pool, journal, settings
+        self.deferred: dict[str, str] = {}  # seed_id -> the backend error that stopped it in this run
         self.prompts = {name: load_prompt(f"{name}.txt") for name in ("abstract", "program", "variants", "rewrite")}
         self.cot_user = load_prompt("cot_user.txt")
         shots = [json.loads(line) for line in load_prompt("cot_8shot.jsonl").splitlines() if line.strip()]
@@ -123,6 +128,13 @@ class Generator:
             event["rejections"] = dict(rejections)
             state.rejections.update(rejections)
         self.journal.append(state.seed_id, event)
+
+    def _defer(self, state: SeedState, reply: list[str]) -> None:
+        """Set a seed aside for this run after a backend failure; its step is neither applied nor journaled."""
+        self.deferred.setdefault(state.seed_id, failure_text(reply))
+
+    def _active(self, states: list[SeedState]) -> list[SeedState]:
+        return [s for s in states if s.status is None and s.seed_id not in self.deferred]
 
     def _finish(self, state: SeedState, status: str) -> None:
         state.status = status
@@ -155,10 +167,10 @@ class Generator:
     def run(self, states: list[SeedState], progress: tqdm | None = None) -> None:
         """Advance every seed of `states` to a final status, one chunk at a time."""
         for start in range(0, len(states), self.s.chunk_size):
-            chunk = [s for s in states[start : start + self.s.chunk_size] if s.status is None]
+            chunk = self._active(states[start : start + self.s.chunk_size])
             for state in chunk:  # a run killed between a step's record and its "done" record
                 self._settle(state)
-            chunk = [s for s in chunk if s.status is None]
+            chunk = self._active(chunk)
             while chunk:
                 need_program = [s for s in chunk if s.program is None]
                 need_variants = [s for s in chunk if s.program is not None and s.variants is None]
@@ -172,7 +184,7 @@ class Generator:
                 for state in chunk:
                     if state.status is not None and progress is not None:
                         progress.update(1)
-                chunk = [s for s in chunk if s.status is None]
+                chunk = self._active(chunk)
                 if progress is not None:
                     progress.set_postfix(kept=sum(x.kept() for x in states), refresh=False)
 
@@ -184,9 +196,10 @@ class Generator:
         rejections = {s.seed_id: Counter() for s in states}
         parsed = {}
         for state, reply in zip(states, replies):
+            if not reply:
+                self._defer(state, reply)
+                continue
             try:
-                if not reply:
-                    raise Rejected("backend_error", "no reply")
                 parsed[state.seed_id] = parse_abstraction(reply[0])
             except Rejected as err:
                 rejections[state.seed_id][err.reason] += 1
@@ -204,9 +217,10 @@ class Generator:
         replies = self.backend.generate(program_requests) if program_requests else []
         sources, jobs = {}, []
         for state, reply in zip(with_abstraction, replies):
+            if not reply:
+                self._defer(state, reply)
+                continue
             try:
-                if not reply:
-                    raise Rejected("backend_error", "no reply")
                 source = extract_code(reply[0])
                 if unbounded_loop(source):
                     raise Rejected("program_unbounded_loop", "while True")
@@ -216,7 +230,7 @@ class Generator:
                 rejections[state.seed_id][err.reason] += 1
         ran = [s.seed_id for s in with_abstraction if s.seed_id in sources]
         reports = dict(zip(ran, self.pool.run_many(jobs)))
-        for state in states:
+        for state in self._active(states):
             verified = None
             report = reports.get(state.seed_id)
             if report is not None:
@@ -253,9 +267,10 @@ class Generator:
         rejections = {s.seed_id: Counter() for s in states}
         candidates, jobs = {}, []
         for state, reply in zip(states, replies):
+            if not reply:
+                self._defer(state, reply)
+                continue
             try:
-                if not reply:
-                    raise Rejected("backend_error", "no reply")
                 params = state.abstraction["params"]
                 valid, invalid = parse_variants(reply[0], set(params), params)
                 if invalid:
@@ -281,7 +296,7 @@ class Generator:
                     keep.append({"params": params, "answer": result.value})
             answered[state.seed_id] = keep
         self._rewrite(ran, answered, rejections)
-        for state in states:
+        for state in self._active(states):
             variants = answered.get(state.seed_id, [])
             state.variants = variants
             self._log(state, {"event": "variants", "variants": variants}, rejections[state.seed_id])
@@ -306,11 +321,14 @@ class Generator:
                 requests.append(self._ask(prompt, state, f"rewrite-{index}", temperature=0.0))
         replies = self.backend.generate(requests) if requests else []
         for (state, variant), reply in zip(owners, replies):
-            text = reply[0].strip() if reply else ""
+            if not reply:
+                self._defer(state, reply)
+                continue
+            text = reply[0].strip()
             if rewritten_ok(text, variant["params"]):
                 variant["question"] = text
             else:
-                rejections[state.seed_id]["rewrite_mismatch" if reply else "backend_error"] += 1
+                rejections[state.seed_id]["rewrite_mismatch"] += 1
         for state in states:
             answered[state.seed_id] = [v for v in answered[state.seed_id] if "question" in v]
 
@@ -334,11 +352,14 @@ class Generator:
                 owners.append((state, index))
                 requests.append(request)
         replies = self.backend.generate(requests) if requests else []
+        for (state, _index), texts in zip(owners, replies):
+            if not texts:  # the whole round of that seed is redone next run
+                self._defer(state, texts)
         rejections = {s.seed_id: Counter() for s in states}
         kept: dict[str, dict[str, list[str]]] = {s.seed_id: {} for s in states}
         for (state, index), texts in zip(owners, replies):
-            if not texts:
-                rejections[state.seed_id]["backend_error"] += 1
+            if state.seed_id in self.deferred:
+                continue
             quota = self._quota(state, index)
             have = state.solutions.setdefault(str(index), [])
             new = kept[state.seed_id].setdefault(str(index), [])
@@ -354,7 +375,7 @@ class Generator:
                 elif len(have) + len(new) < quota:
                     new.append(text)
             have.extend(new)
-        for state in states:
+        for state in self._active(states):
             self._log(state, {"event": "cot_round", "round": state.cot_rounds, "kept": kept[state.seed_id]},
                       rejections[state.seed_id])  # fmt: skip
             state.cot_rounds += 1

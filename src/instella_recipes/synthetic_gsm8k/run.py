@@ -11,7 +11,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import os
 import random
 import sys
 from collections import Counter
@@ -19,6 +18,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from tqdm.auto import tqdm
+
+from instella_recipes.core import RecipeError, atomic_file, atomic_write_text
 
 from .backends import Backend, make_backend
 from .journal import Journal
@@ -49,6 +50,13 @@ class SyntheticArgs:
     batch_size: int = field(default=8, metadata={"help": "prompts per generate() call (transformers backend)"})
     request_timeout: float = field(default=600.0, metadata={"help": "seconds per HTTP request"})
     max_retries: int = field(default=3, metadata={"help": "retries per HTTP request (429, 5xx, connection)"})
+    max_backend_error_fraction: float = field(
+        default=0.0,
+        metadata={
+            "help": "share of seed problems a run may leave undone for backend errors (they are retried by the next "
+            "run) and still write its dataset; above it (or with nothing kept) the run fails without a manifest"
+        },
+    )
     max_program_rounds: int = 3
     num_variants: int = 5
     target_per_seed: int = 20
@@ -77,6 +85,22 @@ class SyntheticArgs:
             name, _, count = spec.partition(":")
             if not name or not count.isdigit():
                 raise ValueError(f"extra_splits entry {spec!r} must look like 'name:count' (e.g. train_119K:119000)")
+        self._check_numbers()
+
+    def _check_numbers(self) -> None:
+        from instella_recipes.core import check_positive, check_range
+
+        check_positive(self, "max_concurrency", "batch_size", "max_program_rounds", "num_variants", "target_per_seed")
+        check_positive(self, "cot_samples_per_request", "max_cot_rounds", "max_tokens", "chunk_size")
+        check_range("sandbox_workers", self.sandbox_workers, 1, integer=True, hint="sandboxed programs run at once")
+        check_range("program_memory_mb", self.program_memory_mb, 1, integer=True, hint="memory per program, MiB")
+        check_range("program_timeout", self.program_timeout, 0, low_open=True, hint="seconds per program")
+        check_range("request_timeout", self.request_timeout, 0, low_open=True, hint="seconds per HTTP request")
+        check_range("max_retries", self.max_retries, 0, integer=True)
+        check_range("max_seeds", self.max_seeds, 1, integer=True, allow_none=True)
+        check_range("max_backend_error_fraction", self.max_backend_error_fraction, 0, 1)
+        check_range("temperature", self.temperature, 0)
+        check_range("cot_temperature", self.cot_temperature, 0)
 
     def settings(self) -> Settings:
         return Settings(**{f.name: getattr(self, f.name) for f in fields(Settings)})
@@ -91,9 +115,29 @@ class SyntheticArgs:
         )
 
 
+class BackendFailed(RuntimeError):
+    """The model server failed too often for the run to count: nothing is written but the journals (a re-run retries
+    the seeds it left undone). The entry point prints it and exits 1."""
+
+
+def _check_backend(deferred: dict[str, str], states: list, max_fraction: float) -> None:
+    """Raise `BackendFailed` (with the first error's text) when backend errors left more than `max_fraction` of the
+    seed problems undone, or left no seed solved."""
+    if not deferred:
+        return
+    lost = len(deferred) / max(1, len(states))
+    solved = sum(s.status == "solved" for s in states)
+    if lost > max_fraction or solved == 0:
+        first = next(iter(deferred.values()))
+        raise BackendFailed(
+            f"the model server failed for {len(deferred)} of {len(states)} seed problems ({lost:.1%} > "
+            f"max_backend_error_fraction {max_fraction}) after its retries; first error: {first}. Nothing was "
+            f"written but the journals: fix the server and run the same command again to retry them"
+        )
+
+
 def read_seeds(source: str, split: str = "train", max_rows: int | None = None, name: str | None = None) -> list[dict]:
     """GSM8K rows from a local .jsonl/.json/.parquet file or a Hub dataset id (through `datasets`)."""
-    from instella_recipes.core import RecipeError
 
     path = Path(source)
     if not source:
@@ -140,7 +184,6 @@ def _seed_states(rows: list[dict], counts: Counter) -> list[SeedState]:
 
 
 def _check_run_config(output_dir: Path, config: dict) -> None:
-    from instella_recipes.core import RecipeError
 
     path = output_dir / "run_config.json"
     if path.is_file():
@@ -152,9 +195,7 @@ def _check_run_config(output_dir: Path, config: dict) -> None:
                 f"settings, or choose a new output_dir"
             )
     else:
-        tmp = path.with_suffix(".partial")
-        tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def _schema():
@@ -176,17 +217,15 @@ def _schema():
 
 def _write_rows(rows: list[dict], path: Path, fmt: str) -> None:
     """Write aside, then rename: a file with the final name is always complete."""
-    tmp = path.with_name(path.name + ".partial")
     if fmt == "jsonl":
-        with open(tmp, "w") as handle:
-            for row in rows:
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        with atomic_file(path) as handle:
+            handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     else:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        pq.write_table(pa.Table.from_pylist(rows, schema=_schema()), tmp)
-    os.replace(tmp, path)
+        with atomic_file(path, "wb") as handle:
+            pq.write_table(pa.Table.from_pylist(rows, schema=_schema()), handle)
 
 
 def dedup(rows: list[dict]) -> tuple[list[dict], int]:
@@ -204,13 +243,15 @@ def dedup(rows: list[dict]) -> tuple[list[dict], int]:
 # finished seeds), not what a given seed problem yields.
 _NOT_RESULT_DECIDING = (
     "output_dir", "max_concurrency", "batch_size", "request_timeout", "max_retries", "sandbox_workers",
-    "extra_splits", "output_format", "split", "max_seeds",
+    "extra_splits", "output_format", "split", "max_seeds", "max_backend_error_fraction",
 )  # fmt: skip
 
 
 def run(args: SyntheticArgs, backend: Backend | None = None, pool: SandboxPool | None = None) -> dict:
     """Run (or resume) the pipeline; returns the summary. `backend`/`pool` are injectable for tests."""
-    output_dir = Path(args.output_dir)
+    from instella_recipes.core import check_output_location
+
+    output_dir = check_output_location(args.output_dir)
     rows = read_seeds(args.seeds, args.seeds_split, args.max_seeds, args.seeds_config)
     seed_rejections: Counter = Counter()
     states = _seed_states(rows, seed_rejections)
@@ -226,7 +267,6 @@ def run(args: SyntheticArgs, backend: Backend | None = None, pool: SandboxPool |
 @contextlib.contextmanager
 def _exclusive(output_dir: Path):
     """One run per output folder: two runs appending to the same journals would duplicate work."""
-    from instella_recipes.core import RecipeError
 
     with open(output_dir / ".lock", "w") as handle:
         try:
@@ -246,8 +286,6 @@ def _run_locked(args, output_dir, states, seed_rejections, n_rows, backend, pool
             try:
                 pool = SandboxPool(args.sandbox_config())
             except SandboxUnavailable as err:
-                from instella_recipes.core import RecipeError
-
                 raise RecipeError(str(err)) from None
         try:
             backend = backend or make_backend(
@@ -255,11 +293,13 @@ def _run_locked(args, output_dir, states, seed_rejections, n_rows, backend, pool
                 args.request_timeout, args.max_retries,
             )  # fmt: skip
             done = sum(s.status is not None for s in states)
+            generator = Generator(backend, pool, journal, args.settings())
             with tqdm(total=len(states), initial=done, desc="seed problems", unit="seed", file=sys.stderr) as bar:
-                Generator(backend, pool, journal, args.settings()).run(states, bar)
+                generator.run(states, bar)
         finally:
             if own_pool:
                 pool.close()
+        _check_backend(generator.deferred, states, args.max_backend_error_fraction)
     return finish(args, output_dir, states, seed_rejections, n_rows)
 
 
@@ -288,12 +328,11 @@ def finish(args: SyntheticArgs, output_dir: Path, states: list[SeedState], seed_
         "programs_verified": sum(s.program is not None for s in states),
         "variants": sum(len(s.variants or []) for s in states),
         "samples_kept": len(rows),
+        "seed_problems_left_for_backend_errors": sum(s.status is None for s in states),
         "splits": files,
         "rejections": dict(sorted(rejections.items())),
     }
-    tmp = output_dir / "summary.json.partial"
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    os.replace(tmp, output_dir / "summary.json")
+    atomic_write_text(output_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     write_manifest(output_dir, "synthetic_gsm8k", recipe=asdict(args), summary=summary)
     return summary
 

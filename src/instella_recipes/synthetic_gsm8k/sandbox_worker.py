@@ -216,6 +216,49 @@ def _reap_uid(uid: int) -> None:
     os.waitpid(pid, 0)
 
 
+def _empty_folder(path: str) -> None:
+    """Remove everything under `path`, first giving the owner back rwx on folders the program locked (chmod 000);
+    symlinks are removed, never followed."""
+    os.chmod(path, 0o700)
+    for root, dirs, _files in os.walk(path):
+        for name in dirs:
+            child = os.path.join(root, name)
+            if not os.path.islink(child):
+                os.chmod(child, 0o700)
+    for entry in os.listdir(path):
+        child = os.path.join(path, entry)
+        if os.path.isdir(child) and not os.path.islink(child):
+            shutil.rmtree(child)
+        else:
+            os.unlink(child)
+
+
+def _remove_workdir(workdir: str, uid: int | None) -> None:
+    """Remove a program's folder, so nothing of it reaches a later program and the worker's tmpfs never fills up.
+
+    The worker runs as root without CAP_DAC_OVERRIDE, so it cannot enter the program's 0700 folder: the folder is
+    emptied by a child that takes the program's uid (the owner of everything in it), then the worker removes the
+    empty folder from its own `tmp_root`."""
+    if uid is None:
+        _empty_folder(workdir)
+    else:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+                _empty_folder(workdir)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if status != 0:
+            raise OSError(f"could not empty the program folder {workdir} (status {status})")
+    os.rmdir(workdir)
+
+
 def run_one(request: dict, limits: dict, uid: int | None, tmp_root: str) -> dict:
     """Run one request in a fresh child and return the reply (see module docstring)."""
     workdir = tempfile.mkdtemp(prefix="job-", dir=tmp_root)
@@ -261,7 +304,7 @@ def run_one(request: dict, limits: dict, uid: int | None, tmp_root: str) -> dict
         _reap_uid(uid)
     os.close(out_r)
     os.close(result_r)
-    shutil.rmtree(workdir, ignore_errors=True)
+    _remove_workdir(workdir, uid)
     return _reply(request, results, output, status, killed_for)
 
 

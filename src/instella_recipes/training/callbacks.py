@@ -27,20 +27,37 @@ def _any_rank(flag: bool) -> bool:
 
 
 class PreemptionCallback(TrainerCallback):
-    """Save a checkpoint and stop cleanly when SIGTERM or SIGUSR1 arrives."""
+    """Save a checkpoint and stop cleanly when SIGTERM or SIGUSR1 arrives.
+
+    `install()` (the entry point calls it first, `restore()` last) catches the signals for the whole run, not only
+    the training loop: one arriving during start-up makes the run stop before it writes anything, one arriving
+    during the final save lets the save finish; either way the process exits 0 in a consistent state."""
 
     def __init__(self, signals=(signal.SIGTERM, signal.SIGUSR1)):
         self.requested = False
         self.preempted = False
         self.signals = signals
         self._previous = {}
+        self._owned = False  # installed by the entry point: it restores the handlers, not on_train_end
 
     def _handler(self, signum, frame):
         self.requested = True
 
+    def install(self) -> None:
+        self._owned = True
+        self._install()
+
+    def _install(self) -> None:
+        if not self._previous:
+            self._previous = {sig: signal.signal(sig, self._handler) for sig in self.signals}
+
+    def restore(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous = {}
+
     def on_train_begin(self, args, state, control, **kwargs):
-        for sig in self.signals:
-            self._previous[sig] = signal.signal(sig, self._handler)
+        self._install()
 
     def on_step_end(self, args, state, control, **kwargs):
         if _any_rank(self.requested):
@@ -50,8 +67,8 @@ class PreemptionCallback(TrainerCallback):
         return control
 
     def on_train_end(self, args, state, control, **kwargs):
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
+        if not self._owned:
+            self.restore()
 
 
 class NonFiniteCallback(TrainerCallback):
@@ -61,6 +78,15 @@ class NonFiniteCallback(TrainerCallback):
         self.trainer = trainer
         self.max_consecutive = max_consecutive
         self.diverged_at: int | None = None
+        self.start_step = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start_step = state.global_step  # after a resume: the checkpoint's step
+
+    def all_skipped(self) -> bool:
+        """This session ran steps and skipped every one of them (nothing was trained: a failure, not a result)."""
+        ran = self.trainer.state.global_step - self.start_step
+        return ran > 0 and self.trainer.skipped_steps >= ran
 
     def on_step_end(self, args, state, control, **kwargs):
         streak = self.trainer.nonfinite_streak

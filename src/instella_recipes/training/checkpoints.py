@@ -31,10 +31,41 @@ def complete_checkpoints(output_dir: str | Path) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
+def damage(checkpoint: Path) -> str | None:
+    """Why a complete-looking checkpoint cannot be resumed from (an unreadable safetensors file), or None."""
+    from instella_recipes.checkpoint.safetensors_io import check_readable
+    from instella_recipes.core import RecipeError
+
+    try:
+        check_readable(checkpoint)
+    except RecipeError as err:
+        return str(err)
+    return None
+
+
 def find_resume_checkpoint(output_dir: str | Path) -> str | None:
-    """The newest complete checkpoint under `output_dir`, or None (start from scratch)."""
+    """The newest complete, readable checkpoint under `output_dir`, or None (start from scratch). A damaged newer one
+    is passed over with a warning naming it; when every checkpoint is damaged, a `RecipeError`."""
+    from instella_recipes.core import RecipeError, get_logger
+
     found = complete_checkpoints(output_dir)
-    return str(found[-1]) if found else None
+    damaged = []
+    for checkpoint in reversed(found):
+        problem = damage(checkpoint)
+        if problem is None:
+            if damaged:
+                get_logger(__name__).warning(
+                    f"{damaged[0][0].name} is damaged ({damaged[0][1]}); resuming from the previous complete "
+                    f"checkpoint {checkpoint.name}"
+                )
+            return str(checkpoint)
+        damaged.append((checkpoint, problem))
+    if damaged:
+        raise RecipeError(
+            f"every checkpoint in {output_dir} is damaged (newest: {damaged[0][1]}): delete them to start over, or "
+            f"restore one from a copy"
+        )
+    return None
 
 
 def resolve_resume(value: str | bool | None, output_dir: str | Path) -> str | None:

@@ -1,5 +1,10 @@
 """Input checks that every training entry point runs before it starts work."""
 
+from dataclasses import dataclass
+
+from transformers import TrainingArguments
+
+from instella_recipes.core.checks import check_training_arguments
 from instella_recipes.core.errors import RecipeError
 
 
@@ -31,3 +36,13 @@ def check_global_batch(global_batch_size: int, per_device: int, grad_accum: int,
             f"({grad_accum}) x world size ({world_size}) = {actual}, but the recipe's global_batch_size is "
             f"{global_batch_size}; {hint} (or override --global_batch_size to run a different batch on purpose)."
         )
+
+
+@dataclass
+class CheckedTrainingArguments(TrainingArguments):
+    """transformers' `TrainingArguments` whose numeric fields are range-checked first (`core.checks`): a negative
+    learning rate or zero epochs is a parse-time error naming the field, not a "complete" random model."""
+
+    def __post_init__(self):
+        check_training_arguments(self)
+        super().__post_init__()

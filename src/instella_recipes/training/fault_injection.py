@@ -53,6 +53,24 @@ class _Killer(TrainerCallback):
         os.kill(os.getpid(), self.sig)
 
 
+class _SignalAtTrainEnd(TrainerCallback):
+    def __init__(self, sig: signal.Signals):
+        self.sig = sig
+
+    def on_train_end(self, args, state, control, **kwargs):
+        os.kill(os.getpid(), self.sig)
+
+
+def signal_at_phase(model, plugin_args: dict) -> list:
+    """`plugin_args: {phase: start|end, signal: TERM}`: the signal arrives during start-up (now, while the plugins
+    are loaded, before any output is written) or as training ends (before the final save)."""
+    sig = getattr(signal, "SIG" + str(plugin_args.get("signal", "TERM")).upper())
+    if plugin_args.get("phase", "start") == "start":
+        os.kill(os.getpid(), sig)
+        return []
+    return [_SignalAtTrainEnd(sig)]
+
+
 def kill_at_step(model, plugin_args: dict) -> list:
     """`plugin_args: {kill_step: N, kill_signal: KILL|TERM|USR1|SLURM, once_file: path (optional)}`; SLURM: ask
     Slurm to send USR1 to this job's batch shell (`--signal=B:USR1` delivery, inside a job of the Slurm executor)."""

@@ -12,7 +12,8 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
-from instella_recipes.core import RecipeError
+from instella_recipes.checkpoint.safetensors_io import check_model_finite
+from instella_recipes.core import RecipeError, check_model_folder, looks_like_hub_id
 from instella_recipes.training.initialization import init_mitchell
 
 
@@ -53,12 +54,16 @@ def build_model(
     if model_name_or_path:
         if model_config:
             raise RecipeError("give model_name_or_path (continue from a checkpoint) or model_config, not both")
+        if not looks_like_hub_id(model_name_or_path):
+            check_model_folder(model_name_or_path, "model_name_or_path")
         try:
-            return AutoModelForCausalLM.from_pretrained(
+            model = AutoModelForCausalLM.from_pretrained(
                 model_name_or_path, dtype=torch_dtype or torch.float32, trust_remote_code=True, **kwargs
             )
         except OSError as err:
             raise RecipeError(f"model_name_or_path {model_name_or_path}: {err}") from None
+        check_model_finite(model, f"model_name_or_path {model_name_or_path}")
+        return model
     if not model_config or "model_type" not in model_config:
         raise RecipeError("set model_name_or_path, or model_config with a model_type (instella, llama, zaya, olmoe)")
     fields = dict(model_config)

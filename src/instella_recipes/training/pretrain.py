@@ -17,6 +17,8 @@ from transformers import AutoConfig, TrainingArguments, default_data_collator
 
 from instella_recipes.core import (
     RecipeError,
+    check_output_location,
+    check_range,
     config_path,
     file_digest,
     get_logger,
@@ -28,7 +30,7 @@ from instella_recipes.core import (
 from instella_recipes.data.packing import PackedWindows
 from instella_recipes.data.tokenizer import load_tokenizer
 from instella_recipes.training.callbacks import NonFiniteCallback, PreemptionCallback
-from instella_recipes.training.checkpoints import STAGING, resolve_resume
+from instella_recipes.training.checkpoints import STAGING, complete_checkpoints, resolve_resume
 from instella_recipes.training.checks import check_global_batch, check_tokenizer_fits
 from instella_recipes.training.model_factory import build_model
 from instella_recipes.training.optim import check_schedule_kwargs
@@ -80,6 +82,9 @@ class PretrainArguments:
             raise ValueError(
                 "load_optimizer_state: true needs model_name_or_path (the run whose optimizer_state/ to continue)"
             )
+        check_range("global_batch_size", self.global_batch_size, 1, integer=True, allow_none=True)
+        check_range("max_consecutive_nonfinite", self.max_consecutive_nonfinite, 1, integer=True)
+        check_range("torch_num_threads", self.torch_num_threads, 1, integer=True, allow_none=True)
 
 
 def _as_dict(value, name: str) -> dict | None:
@@ -108,7 +113,8 @@ def run_identity(script: PretrainArguments, train: TrainingArguments, data_manif
 
 
 def check_output_dir(output_dir: Path, identity: dict) -> dict | None:
-    """None to go on; the finished manifest when this very run is already complete. Another run's folder raises."""
+    """None to go on; the finished manifest when this very run is already complete. Another run's folder raises;
+    a folder is another run's only once that run wrote a manifest or a checkpoint."""
     manifest = read_manifest(output_dir)
     if manifest is not None:
         if manifest.get("stage") == STAGE and manifest.get("run", {}).get("fingerprint") == identity["fingerprint"]:
@@ -118,6 +124,10 @@ def check_output_dir(output_dir: Path, identity: dict) -> dict | None:
             f"(manifest.json); choose another output_dir"
         )
     run_file = output_dir / RUN_FILE
+    if run_file.is_file() and not complete_checkpoints(output_dir):
+        # A run that stopped before its first checkpoint left nothing to resume: it does not pin the folder.
+        logger.info(f"pretrain: {output_dir} holds no checkpoint of its earlier run; starting this run there")
+        return None
     if run_file.is_file():
         previous = json.loads(run_file.read_text())
         if previous.get("fingerprint") != identity["fingerprint"]:
@@ -247,13 +257,30 @@ def _save_final(trainer, script, train, dataset, data_manifest, identity, output
 
 
 def pretrain(script: PretrainArguments, train: TrainingArguments, argv: list[str]) -> int:
-    """One pretraining run; returns the exit code (0, or 3 after a divergence, via SystemExit)."""
+    """One pretraining run; returns the exit code (0, or 3 after a divergence, via SystemExit). SIGTERM/SIGUSR1 at
+    any phase end it with 0 in a consistent state: before training nothing is written, during training a checkpoint
+    is saved, during the final save that save completes."""
+    preemption = PreemptionCallback()
+    preemption.install()
+    try:
+        return _pretrain(script, train, argv, preemption)
+    finally:
+        preemption.restore()
+
+
+def _stop_before_training(preemption: PreemptionCallback, where: str) -> bool:
+    if preemption.requested:
+        logger.info(f"pretrain: pre-empted during start-up ({where}); nothing was written. Rerun to start.")
+    return preemption.requested
+
+
+def _pretrain(script: PretrainArguments, train: TrainingArguments, argv: list[str], preemption) -> int:
     from instella_recipes.training.pretrain_trainer import PretrainTrainer
 
     script.model_config = _as_dict(script.model_config, "model_config")
     script.plugin_args = _as_dict(script.plugin_args, "plugin_args") or {}
     train.output_dir = train.output_dir.format(seed=train.seed)
-    output_dir = Path(train.output_dir)
+    output_dir = check_output_location(train.output_dir)
     if script.torch_num_threads:
         import torch
 
@@ -280,9 +307,10 @@ def pretrain(script: PretrainArguments, train: TrainingArguments, argv: list[str
     resume = resolve_resume(train.resume_from_checkpoint, output_dir)
     if resume is not None and not Path(resume).is_dir():
         raise RecipeError(f"resume_from_checkpoint {resume} does not exist")
+    if _stop_before_training(preemption, "after loading the model and data"):
+        return 0
     _prepare_output_dir(output_dir, identity, train)
 
-    preemption = PreemptionCallback()
     trainer = PretrainTrainer(
         model=model,
         args=train,
@@ -295,11 +323,20 @@ def pretrain(script: PretrainArguments, train: TrainingArguments, argv: list[str
     )
     nonfinite = NonFiniteCallback(trainer, script.max_consecutive_nonfinite)
     trainer.add_callback(nonfinite)
+    if _stop_before_training(preemption, "after building the trainer"):
+        return 0
     if resume:
         logger.info(f"pretrain: resuming from {resume}")
     trainer.train(resume_from_checkpoint=resume)
     if nonfinite.diverged_at is not None:
         _report_divergence(script, trainer, nonfinite, output_dir)
+    if nonfinite.all_skipped():
+        logger.error(
+            f"every one of the {trainer.state.global_step - nonfinite.start_step} steps of this run was skipped "
+            f"(non-finite loss or gradients): nothing was trained and no final model or manifest was written. Check "
+            f"the input weights and the data, or lower the learning rate."
+        )
+        raise SystemExit(3)
     if preemption.preempted:
         logger.info(f"pretrain: pre-empted; saved checkpoint-{trainer.state.global_step}. Rerun to resume.")
         return 0
