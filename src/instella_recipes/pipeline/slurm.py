@@ -175,7 +175,9 @@ def submit(pipeline, stages, variables, slurm, force=False, dry_run=False, say=p
         if stage.name in jobs:
             say(f"{tag}: already {states[jobs[stage.name]][0].lower()} as job {jobs[stage.name]}, not resubmitted")
             continue
-        if status == "complete" and not force:
+        # a complete stage still runs again after an input that runs again (a new job here or one in flight): the
+        # input's new run changes its identity, as in runner.plan
+        if status == "complete" and not force and not any(name in jobs for name in stage.inputs):
             say(f"{tag}: complete, skipped ({pipeline.output_of(stage)})")
             continue
         for name in stage.inputs:
