@@ -24,10 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOKENIZER = (
-    Path(os.environ.get("INSTELLA_SHARED", ROOT.parent / "shared"))
-    / "fixtures/tokenizers/olmo-gpt-neox-20b-pii-special.json"
-)  # noqa: E501
+TOKENIZER = ROOT / "tests" / "fixtures" / "tokenizers" / "olmo-gpt-neox-20b-pii-special.json"
 
 
 BATCH = 1000  # documents per encode call, ours (PrepareArguments.batch_size) and bare alike

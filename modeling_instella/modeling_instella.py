@@ -6,14 +6,33 @@ names `modeling_instella.InstellaConfig` and `modeling_instella.InstellaForCausa
 next to the weights, so it must import nothing from this project: only `transformers` and `torch`.
 
 Everything that Instella shares with transformers' Llama and OLMo-2 is imported from there; each class below says
-in one line how it differs.
+in one line how it differs. The transformers conventions follow Llama's classes: `base_model_prefix = "model"`,
+`_no_split_modules`, gradient checkpointing, the attention back-ends (`_supports_*`), `_can_record_outputs`, and the
+parallel plans: the causal LM's `_tp_plan` / `_pp_plan` / `_fsdp_plan` come from `LlamaForCausalLM`, the base model's
+`base_model_tp_plan` / `base_model_pp_plan` from `Olmo2Config` (q/k/v gather their output because the full-width
+QK-norm needs all heads, exactly as in OLMo-2). `AutoConfig`, `AutoModel` and `AutoModelForCausalLM` resolve
+"instella", and every saved `config.json` names all three in `auto_map` (a superset of the published map).
+
+Loading rule (`from_pretrained`). transformers only warns when a checkpoint's keys do not match the class and
+initialises the missing tensors at random, which silently yields a broken model. Here:
+
+- a checkpoint read from a folder or the Hub whose keys or shapes do not match the class is an error (missing,
+  unexpected or mis-shaped tensors; `ignore_mismatched_sizes=True` opts out), naming the keys and the converter;
+- except for the head, where transformers' contract holds: a base-model checkpoint (`config.json` architectures
+  `["InstellaModel"]`) loads into `InstellaForCausalLM` with a freshly initialised `lm_head` (transformers warns),
+  and a causal-LM checkpoint loads into `InstellaModel` with its `lm_head` dropped;
+- with no checkpoint (`from_pretrained(None, config=..., state_dict=...)`, how tools build a model from tensors they
+  hold) transformers' contract holds unchanged: missing tensors are initialised, with its warning.
 """
 
+import torch
 from huggingface_hub.dataclasses import strict
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
 from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.modeling_utils import PreTrainedModel
 from transformers.models.llama.modeling_llama import (
     LlamaForCausalLM,
@@ -23,13 +42,21 @@ from transformers.models.llama.modeling_llama import (
 )
 from transformers.models.olmo2.configuration_olmo2 import Olmo2Config
 from transformers.models.olmo2.modeling_olmo2 import Olmo2Attention, Olmo2MLP
-from transformers.utils import is_flash_attn_2_available
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, is_flash_attn_2_available
 
 FLASH_ATTENTION_HINT = (
     "attn_implementation='flash_attention_2' needs the flash-attn package, which is not installed. "
     "Install the GPU extra (`pip install -e '.[gpu]'` in this repo, or `pip install flash-attn`), "
     "or use attn_implementation='sdpa' (the default) or 'eager'."
 )
+# What every saved config.json names (remote code): the published map plus the base model.
+AUTO_MAP = {
+    "AutoConfig": "modeling_instella.InstellaConfig",
+    "AutoModel": "modeling_instella.InstellaModel",
+    "AutoModelForCausalLM": "modeling_instella.InstellaForCausalLM",
+}
+HEAD_PREFIX = "lm_head."
 
 
 @strict
@@ -69,6 +96,13 @@ class InstellaConfig(Olmo2Config):
                 f"num_attention_heads (equal to it for plain multi-head attention, as published)."
             )
 
+    def save_pretrained(self, save_directory, push_to_hub=False, **kwargs):
+        """`PreTrainedConfig.save_pretrained`, with `auto_map` naming the config, the base model and the causal LM
+        (transformers writes only the class being saved), so AutoModel and AutoModelForCausalLM both load the
+        folder as remote code."""
+        self.auto_map = {**(getattr(self, "auto_map", None) or {}), **AUTO_MAP}
+        return super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
+
     def to_dict(self):
         output = super().to_dict()
         rope = output.get("rope_parameters") or {}
@@ -106,8 +140,16 @@ class InstellaDecoderLayer(GradientCheckpointingLayer):
         self.pre_attention_layernorm = InstellaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.pre_feedforward_layernorm = InstellaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def forward(self, hidden_states, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False,
-                position_embeddings=None, **kwargs):  # fmt: skip
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = False,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
         attn_out, _ = self.self_attn(
             hidden_states=self.pre_attention_layernorm(hidden_states),
             attention_mask=attention_mask,
@@ -143,25 +185,40 @@ class InstellaPreTrainedModel(PreTrainedModel):
         return super()._check_and_adjust_attn_implementation(attn_implementation, is_init_check, **kwargs)
 
     @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        """`PreTrainedModel.from_pretrained`, but a checkpoint whose keys or shapes do not match is an error.
-
-        transformers only warns and initialises the missing tensors at random, which silently yields a broken
-        model; for a reproduction that must be exact to the published weights we refuse instead.
-        """
+    def from_pretrained(cls, pretrained_model_name_or_path=None, *args, **kwargs):
+        """`PreTrainedModel.from_pretrained` under the loading rule of the module docstring: a checkpoint read from
+        a folder or the Hub whose keys or shapes do not match is an error; the head follows transformers' contract
+        (a base-model checkpoint gets a fresh `lm_head`, a causal-LM checkpoint loads into the base model), and so
+        does building with no checkpoint (`pretrained_model_name_or_path=None`)."""
         wants_info = kwargs.pop("output_loading_info", False)
-        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
-        problems = {k: sorted(info.get(k) or []) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
-        problems = {k: v for k, v in problems.items() if v}
-        if problems and not kwargs.get("ignore_mismatched_sizes"):
-            details = "; ".join(f"{k}: {v[:5]}{' ...' if len(v) > 5 else ''} ({len(v)})" for k, v in problems.items())
-            raise ValueError(
-                f"{cls.__name__}.from_pretrained({args[0] if args else ''!s}): the checkpoint does not match the "
-                f"config ({details}). Hub-format keys are expected (model.layers.N.self_attn.q_proj.weight, ...); "
-                f"convert an OLMo training checkpoint (transformer.blocks.N.att_proj.weight, ...) with "
-                f"`python scripts/convert_checkpoint.py to-hub`, and check that config.json matches the weights."
-            )
+        model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
+        if pretrained_model_name_or_path is not None and not kwargs.get("ignore_mismatched_sizes"):
+            problems = cls._checkpoint_problems(model, info)
+            if problems:
+                raise ValueError(cls._mismatch_message(pretrained_model_name_or_path, problems))
         return (model, info) if wants_info else model
+
+    @classmethod
+    def _mismatch_message(cls, source, problems: dict[str, list[str]]) -> str:
+        details = "; ".join(f"{k}: {v[:5]}{' ...' if len(v) > 5 else ''} ({len(v)})" for k, v in problems.items())
+        return (
+            f"{cls.__name__}.from_pretrained({source!s}): the checkpoint does not match the config ({details}). "
+            f"Hub-format keys are expected (model.layers.N.self_attn.q_proj.weight, ...); convert an OLMo training "
+            f"checkpoint (transformer.blocks.N.att_proj.weight, ...) with `python scripts/convert_checkpoint.py "
+            f"to-hub`, and check that config.json matches the weights."
+        )
+
+    @staticmethod
+    def _checkpoint_problems(model, info) -> dict[str, list[str]]:
+        """The loading report's missing / unexpected / mis-shaped keys, less the head keys that transformers'
+        contract lets differ: `lm_head.*` unexpected in a base model, or missing from a base-model checkpoint."""
+        problems = {k: sorted(info.get(k) or []) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+        problems["mismatched_keys"] = [k[0] if isinstance(k, tuple) else k for k in problems["mismatched_keys"]]
+        if not hasattr(model, "lm_head"):
+            problems["unexpected_keys"] = [k for k in problems["unexpected_keys"] if not k.startswith(HEAD_PREFIX)]
+        elif (getattr(model.config, "architectures", None) or []) == [InstellaModel.__name__]:
+            problems["missing_keys"] = [k for k in problems["missing_keys"] if not k.startswith(HEAD_PREFIX)]
+        return {k: v for k, v in problems.items() if v}
 
 
 class InstellaModel(InstellaPreTrainedModel, LlamaModel):
@@ -178,8 +235,16 @@ class InstellaModel(InstellaPreTrainedModel, LlamaModel):
         self.gradient_checkpointing = False
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
-                inputs_embeds=None, use_cache=None, **kwargs):  # fmt: skip
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPast:
         # A training forward never needs a KV cache, and an (empty) cache makes transformers skip its packed-sequence
         # detection: padding-free batches (position_ids restarting per document, no attention_mask) would then
         # attend across documents. Llama defaults to config.use_cache=True even in training; we do not.
@@ -209,11 +274,13 @@ class InstellaForCausalLM(InstellaPreTrainedModel, LlamaForCausalLM, GenerationM
         self.post_init()
 
 
-# Registration: `AutoConfig` / `AutoModelForCausalLM` resolve "instella" on import, and `save_pretrained` writes the
-# published `auto_map` and copies this file, so the saved folder loads elsewhere with trust_remote_code=True.
+# Registration: `AutoConfig` / `AutoModel` / `AutoModelForCausalLM` resolve "instella" on import, and
+# `save_pretrained` writes the `auto_map` and copies this file, so the folder loads elsewhere with trust_remote_code.
 AutoConfig.register("instella", InstellaConfig, exist_ok=True)
+AutoModel.register(InstellaConfig, InstellaModel, exist_ok=True)
 AutoModelForCausalLM.register(InstellaConfig, InstellaForCausalLM, exist_ok=True)
 InstellaConfig.register_for_auto_class()
+InstellaModel.register_for_auto_class("AutoModel")
 InstellaForCausalLM.register_for_auto_class("AutoModelForCausalLM")
 
 __all__ = ["InstellaConfig", "InstellaForCausalLM", "InstellaModel", "InstellaPreTrainedModel"]

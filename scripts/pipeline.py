@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from instella_recipes.core import RecipeError, config_path, exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.pipeline.graph import command_line, load_pipeline
-from instella_recipes.pipeline.runner import StageFailed, run_pipeline, stage_status
+from instella_recipes.pipeline.runner import StageFailed, plan, run_pipeline
 from instella_recipes.pipeline.slurm import submit, wait_for_jobs
 
 
@@ -75,9 +75,12 @@ def main(argv=None) -> int:
     if args.executor == "slurm":
         return _slurm(pipeline, only, args)
     if args.dry_run:
-        for stage in only or pipeline.stages:
-            print(f"# {stage.name}: {stage_status(pipeline, stage)}")
+        steps = plan(pipeline, only or pipeline.stages, force=args.force)
+        for stage, status, why in steps:
+            print(f"# {stage.name}: {status} -> " + (f"runs ({why})" if why else "skipped"))
             print(shlex.join(command_line(pipeline, stage)))
+        runs = [stage.name for stage, _, why in steps if why]
+        print(f"# would run {len(runs)} of {len(steps)} stage(s)" + (f": {', '.join(runs)}" if runs else ""))
         return 0
     try:
         summary = run_pipeline(pipeline, only, force=args.force, verbose=args.verbose)

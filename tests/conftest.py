@@ -1,5 +1,5 @@
 """Shared fixtures: the tiny world, a tiny tokenizer and tiny Instella models (hidden 64, 2 layers), and the
-published fixtures in ../shared (skipped with a reason where that folder is absent)."""
+published files the repository ships in tests/fixtures/ (the OLMo tokenizer, the 2-layer parity reference)."""
 
 import os
 from pathlib import Path
@@ -13,9 +13,9 @@ from instella_recipes.data.tokenizer import load_tokenizer, train_bpe_tokenizer
 from modeling_instella import InstellaConfig, InstellaForCausalLM
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("INSTELLA_SHARED", ROOT.parent / "shared"))
-FIXTURE = SHARED / "fixtures" / "instella_reference_dev.safetensors"
-OLMO_TOKENIZER = SHARED / "fixtures" / "tokenizers" / "olmo-gpt-neox-20b-pii-special.json"
+FIXTURES = ROOT / "tests" / "fixtures"  # copied from the shared fixtures; both public (see tests/fixtures/README.md)
+FIXTURE = FIXTURES / "instella_reference_dev.safetensors"
+OLMO_TOKENIZER = FIXTURES / "tokenizers" / "olmo-gpt-neox-20b-pii-special.json"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -43,15 +43,11 @@ def one_thread():
 
 @pytest.fixture(scope="session")
 def reference_fixture():
-    if not FIXTURE.exists():
-        pytest.skip(f"parity fixture not found at {FIXTURE} (../shared/fixtures is not checked out beside the repo)")
     return FIXTURE
 
 
 @pytest.fixture(scope="session")
 def olmo_tokenizer():
-    if not OLMO_TOKENIZER.exists():
-        pytest.skip(f"OLMo tokenizer not found at {OLMO_TOKENIZER} (../shared/fixtures is not beside the repo)")
     return load_tokenizer(OLMO_TOKENIZER)
 
 

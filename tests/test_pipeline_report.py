@@ -12,7 +12,7 @@ def _record(run, stage, group, wall, inputs=(), values=None, started="2026-01-01
     out.mkdir(parents=True, exist_ok=True)
     record = {
         "stage": stage, "group": group, "description": f"{group} step", "status": "done", "wall_s": wall,
-        "output": str(out), "inputs": list(inputs), "values": values or {}, "started_at": started,
+        "output": str(out), "inputs": list(inputs), "values": values or {}, "started_at": started, "set": {},
     }  # fmt: skip
     (run / "pipeline").mkdir(parents=True, exist_ok=True)
     (run / "pipeline" / f"{stage}.json").write_text(json.dumps(record))
@@ -24,7 +24,7 @@ def _trainer_state(folder, losses):
     (folder / "trainer_state.json").write_text(json.dumps({"log_history": history + [{"step": len(losses)}]}))
 
 
-def _lm_eval(folder, acc, em):
+def _lm_eval(folder, acc, em, n_mc=24):
     target = folder / "model__dir"
     target.mkdir(parents=True)
     results = {
@@ -34,6 +34,10 @@ def _lm_eval(folder, acc, em):
             "tiny_world": {"alias": "tiny_world", "sample_len": 24},
         },
         "n-shot": {"tiny_world_mc": 0, "tiny_world_arithmetic": 0},
+        "n-samples": {
+            "tiny_world_mc": {"original": 24, "effective": n_mc},
+            "tiny_world_arithmetic": {"original": 40, "effective": 40},
+        },
     }
     (target / "results_2026-01-01T00-00-00.json").write_text(json.dumps(results))
 
@@ -46,7 +50,7 @@ def test_report_tables_and_plots(tmp_path):
         _trainer_state(out, [2.5 - 0.1 * i, 2.2, 2.0])
     _trainer_state(_record(run, "sft", "sft", 30.0, ["merge"], started="2026-01-01T00:02:00"), [3.0, 1.0, 0.5])
     _lm_eval(_record(run, "eval_stage1", "eval_stage1", 15.0, ["stage1"], started="2026-01-01T00:03:00"), 0.3, 0.0)
-    _lm_eval(_record(run, "eval_sft", "eval_sft", 15.0, ["sft"], started="2026-01-01T00:03:30"), 0.8, 0.4)
+    _lm_eval(_record(run, "eval_sft", "eval_sft", 15.0, ["sft"], started="2026-01-01T00:03:30"), 0.8, 0.4, n_mc=10)
     spec = _record(run, "speculative", "speculative", 40.0, ["sft", "draft"], started="2026-01-01T00:04:00")
     summary = {
         "mode": "greedy", "prompts": 4, "acceptance_rate": 0.75, "drafted_tokens": 400, "accepted_tokens": 300,
@@ -59,8 +63,11 @@ def test_report_tables_and_plots(tmp_path):
     assert "| stage1 | stage1 step | 61.0 s | - | done |" in report
     assert "| **total** | | **3.7 min (224 s)** | 0 s | |" in report
     assert "| stage2 | seed 6198 | 3 | 2.400 | 2.000 |" in report
-    assert "| tiny_world_mc | acc | 0.300 | 0.800 |" in report  # stage1 and sft side by side
-    assert "| tiny_world_arithmetic | exact_match (strict-match) | 0.000 | 0.400 |" in report
+    # stage1 and sft side by side, each score with lm-eval's standard error, and the item counts (sft: --limit 10)
+    assert "| tiny_world_mc | acc | 24 / 10 | 0.300 ± 0.050 | 0.800 ± 0.050 |" in report
+    assert "| tiny_world_arithmetic | exact_match (strict-match) | 40 | 0.000 ± 0.100 | 0.400 ± 0.100 |" in report
+    assert "one item moves a score by 1/n" in report
+    assert "no `--set` overrides" in report
     assert "| speculative | greedy | 0.750 | 400 | 300 | 100.0 | 180.0 | 1.80x | 4/4 |" in report
     plots = run / "report"
     for name in ("wall_time", "loss_stage1", "loss_stage2", "loss_sft", "eval_scores"):
@@ -69,3 +76,20 @@ def test_report_tables_and_plots(tmp_path):
             assert image.size[0] > 500 and image.size[1] > 200
     assert not (plots / "loss_eval_sft.png").exists()
     assert json.loads((plots / "manifest.json").read_text())["stage"] == "report"
+
+
+def test_report_states_the_set_overrides_each_stage_ran_with(tmp_path):
+    run = tmp_path / "run"
+    for stage, overrides in (("data", {}), ("sft", {"sft_epochs": 5}), ("dpo", {"sft_epochs": 5}), ("old", None)):
+        _record(run, stage, stage, 1.0)
+        record = json.loads((run / "pipeline" / f"{stage}.json").read_text())
+        if overrides is None:
+            del record["set"]
+        else:
+            record["set"] = overrides
+        (run / "pipeline" / f"{stage}.json").write_text(json.dumps(record))
+    main(["--run_dir", str(run)])
+    report = (run / "report.md").read_text()
+    assert "| `sft_epochs=5` | dpo, sft |" in report
+    assert "| none (the YAML's `vars`) | data |" in report
+    assert "| not recorded (a run record older than this report's format) | old |" in report

@@ -64,6 +64,7 @@ def test_release_folder_is_hub_ready_and_reloads_as_remote_code(stage_output, tm
     assert config["auto_map"] == {
         "AutoConfig": "modeling_instella.InstellaConfig",
         "AutoModelForCausalLM": "modeling_instella.InstellaForCausalLM",
+        "AutoModel": "modeling_instella.InstellaModel",  # beyond the published map: the base model (AutoModel)
     }
     generation = json.loads((out / "generation_config.json").read_text())
     assert (generation["bos_token_id"], generation["eos_token_id"], generation["pad_token_id"]) == (0, 0, 1)

@@ -41,6 +41,7 @@ def test_saved_folder_loads_as_remote_code_in_a_clean_process(tmp_path):
     assert config["auto_map"] == {
         "AutoConfig": "modeling_instella.InstellaConfig",
         "AutoModelForCausalLM": "modeling_instella.InstellaForCausalLM",
+        "AutoModel": "modeling_instella.InstellaModel",  # beyond the published map: the base model (AutoModel)
     }
     assert (tmp_path / "model" / "modeling_instella.py").is_file()
 

@@ -1,7 +1,7 @@
 """Tokenizers with Instella's special-token layout: `<|endoftext|>` is id 0 (BOS and EOS), `<|padding|>` is id 1.
 
 `load_tokenizer` accepts what users have: a Hub id or folder (AutoTokenizer), or a bare `tokenizer.json` such as
-the OLMo one in `../shared/fixtures/tokenizers/`. `train_bpe_tokenizer` makes the small byte-level BPE that the tiny
+the OLMo one in `tests/fixtures/tokenizers/`. `train_bpe_tokenizer` makes the small byte-level BPE that the tiny
 recipes use, with the same layout, so every code path that works on it works on the real tokenizer.
 """
 

@@ -95,6 +95,7 @@ class Pipeline:
     env: dict = field(default_factory=dict)
     vars: dict = field(default_factory=dict)
     description: str = ""
+    overrides: dict = field(default_factory=dict)  # the `--set VAR=VALUE` given (already applied to `vars`)
 
     def stage(self, name: str) -> Stage:
         for stage in self.stages:
@@ -220,6 +221,7 @@ def load_pipeline(path: str | Path, output_dir: str | Path | None = None, overri
         env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
         vars=variables,
         description=str(data.get("description") or ""),
+        overrides={key: variables[key] for key in overrides or {}},
     )
     _resolve_inputs(pipeline, set(groups))
     pipeline.stages = _topological(pipeline)

@@ -49,6 +49,26 @@ def _style(ax, title: str, xlabel: str, ylabel: str) -> None:
 
 
 # --- sections ------------------------------------------------------------------------------------------------------
+def overrides_section(records: list[dict]) -> list[str]:
+    """The `--set` overrides of `vars` each stage ran with (its run record's `set`), grouped: a stage skipped as
+    complete keeps the settings of the run that made it."""
+    groups: dict[str, list[str]] = {}
+    for r in records:
+        key = json.dumps(r["set"], sort_keys=True) if isinstance(r.get("set"), dict) else "null"
+        groups.setdefault(key, []).append(r["stage"])
+    if list(groups) == ["{}"]:
+        return ["Every stage ran with the pipeline YAML's `vars` as written (no `--set` overrides).", ""]
+    lines = ["## Overrides (`--set`)", "", "| `--set` | stages that ran with it |", "|---|---|"]
+    for key, stages in groups.items():
+        values = json.loads(key)
+        if values is None:
+            text = "not recorded (a run record older than this report's format)"
+        else:
+            text = " ".join(f"`{k}={v}`" for k, v in values.items()) or "none (the YAML's `vars`)"
+        lines.append(f"| {text} | {', '.join(stages)} |")
+    return lines + [""]
+
+
 def wall_time_section(records: list[dict], plots: Path, link: Path) -> list[str]:
     lines = ["## Wall time per stage", ""]
     lines += ["| stage | what | wall time | CPU time | status |", "|---|---|---|---|---|"]
@@ -119,23 +139,43 @@ def loss_section(records: list[dict], plots: Path, link: Path) -> list[str]:
     return lines
 
 
+def _score_cell(row: dict | None) -> str:
+    if row is None:
+        return "-"
+    return f"{row['value']:.3f}" + (f" ± {row['stderr']:.3f}" if row.get("stderr") is not None else "")
+
+
+def _items_cell(rows: list[dict | None]) -> str:
+    """The item count of a task, once when every checkpoint saw the same number (else one per checkpoint)."""
+    counts = [row["n"] if row and row.get("n") is not None else "?" for row in rows if row]
+    return str(counts[0]) if len(set(counts)) == 1 else " / ".join(map(str, counts))
+
+
+EVAL_NOTE = (
+    "Each score is the mean over the task's items, ± lm-eval's standard error of that mean (`items`: how many, "
+    "after `--limit`). With n items one item moves a score by 1/n (24 items: 0.042), so checkpoints whose scores "
+    "differ by less than about two standard errors are not told apart by this suite."
+)
+
+
 def eval_section(records: list[dict], plots: Path, link: Path) -> list[str]:
-    scores: dict[str, dict[tuple[str, str], float]] = {}
+    rows: dict[str, dict[tuple[str, str], dict]] = {}
     for r in records:
         output = Path(r["output"])
         if not output.is_dir() or not any(output.rglob("results*.json")):
             continue
         model = (r.get("inputs") or [r["stage"]])[0]  # an evaluation stage's first input is the model it scored
-        scores[model] = {(row["task"], row["metric"]): row["value"] for row in read_eval_results([output])}
-    if not scores:
+        rows[model] = {(row["task"], row["metric"]): row for row in read_eval_results([output])}
+    if not rows:
         return ["## Evaluation", "", "No lm-eval results found.", ""]
+    scores = {m: {k: row["value"] for k, row in by_key.items()} for m, by_key in rows.items()}
     models = list(scores)
     keys = sorted({k for s in scores.values() for k in s})
-    lines = ["## Evaluation (lm-eval, offline suites)", ""]
-    lines += ["| task | metric | " + " | ".join(models) + " |", "|---|---|" + "---|" * len(models)]
-    for task, metric in keys:
-        cells = [f"{scores[m][(task, metric)]:.3f}" if (task, metric) in scores[m] else "-" for m in models]
-        lines.append(f"| {task} | {metric} | " + " | ".join(cells) + " |")
+    lines = ["## Evaluation (lm-eval, offline suites)", "", EVAL_NOTE, ""]
+    lines += ["| task | metric | items | " + " | ".join(models) + " |", "|---|---|---|" + "---|" * len(models)]
+    for key in keys:
+        cells = [rows[m].get(key) for m in models]
+        lines.append(f"| {key[0]} | {key[1]} | {_items_cell(cells)} | " + " | ".join(map(_score_cell, cells)) + " |")
     lines.append("")
     fig, ax = plt.subplots(figsize=(max(7, 1.8 * len(keys) + 2), 4.8))
     width = 0.8 / len(models)
@@ -200,6 +240,7 @@ def write_report(run_dir: Path, plots: Path, report: Path, title: str) -> Path:
         "",
     ]
     link = Path(os.path.relpath(plots, report.parent))
+    lines += overrides_section(records)
     lines += wall_time_section(records, plots, link)
     lines += loss_section(records, plots, link)
     lines += eval_section(records, plots, link)

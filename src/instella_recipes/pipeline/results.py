@@ -26,13 +26,15 @@ def eval_result_files(paths: list[str | Path]) -> list[Path]:
 
 
 def read_eval_results(paths: list[str | Path]) -> list[dict]:
-    """Rows `{task, metric, value, stderr, n_shot}` from lm-eval result JSONs (files, or folders searched for
-    `results*.json`); a metric reported under a filter other than `none` is named `metric (filter)`. Group rows
-    without scores and bookkeeping numbers (`sample_len`) are left out."""
+    """Rows `{task, metric, value, stderr, n_shot, n}` from lm-eval result JSONs (files, or folders searched for
+    `results*.json`); a metric reported under a filter other than `none` is named `metric (filter)`; `n` is the
+    number of items the score is over (lm-eval's `n-samples` `effective`: after `--limit`), None if not recorded.
+    Group rows without scores and bookkeeping numbers (`sample_len`) are left out."""
     rows = []
     for file in eval_result_files(paths):
         data = json.loads(file.read_text())
         n_shot = data.get("n-shot", {})
+        counts = data.get("n-samples", {})
         for task, metrics in sorted(data.get("results", {}).items()):
             for key, value in metrics.items():
                 name, _, filt = key.partition(",")
@@ -48,9 +50,17 @@ def read_eval_results(paths: list[str | Path]) -> list[dict]:
                         "value": float(value),
                         "stderr": stderr if isinstance(stderr, int | float) else None,
                         "n_shot": n_shot.get(task),
+                        "n": _item_count(counts.get(task)),
                     }
                 )
     return rows
+
+
+def _item_count(count) -> int | None:
+    if not isinstance(count, dict):
+        return None
+    value = count.get("effective", count.get("original"))
+    return int(value) if isinstance(value, int | float) else None
 
 
 def trainer_state(folder: str | Path) -> dict | None:

@@ -5,7 +5,8 @@ A stage is *complete* when its output folder holds `manifest.json` (written last
 died half-way never looks complete) and the run record says the pipeline ran it to the end with the same identity
 (its resolved command line, the digest of its recipe and of its inputs' manifests) and saw this very manifest.
 Complete stages are skipped; a stage whose recipe, arguments or inputs changed is run again from an empty folder;
-one that was interrupted with the same identity keeps its folder so that an entry point can resume from it.
+one that was interrupted with the same identity keeps its folder so that an entry point can resume from it. `plan`
+says beforehand which stages a run will run and why (`--dry_run`), dependents of re-run stages included.
 
 Stage processes never outlive the runner: each starts in its own session (process group), which the runner stops
 (SIGTERM, then SIGKILL after a grace period) when it is interrupted (SIGINT, SIGTERM, SIGHUP) or fails, and the
@@ -177,6 +178,9 @@ def _die_with_runner(runner_pid: int):
             return
         if os.getppid() != runner_pid:  # the runner died before prctl took effect
             os.kill(os.getpid(), signal.SIGTERM)
+        # A pre-emption request (USR1, see forward_preemption) that lands before the training has installed its
+        # own handler must not kill the stage: ignored until then (an exec keeps SIG_IGN; it resets handlers).
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
     return preexec
 
@@ -277,6 +281,26 @@ def stage_lock(pipeline: Pipeline, stage: Stage):
 
 
 @contextlib.contextmanager
+def forward_preemption(pgid: int):
+    """While a stage runs, SIGUSR1 to the runner (Slurm's `--signal=B:USR1` through the batch shell, or a user's
+    `kill -USR1`) goes on to the stage's process group: the stage runs in its own session, so a signal to the
+    runner's group no longer reaches it, and the training saves a checkpoint and exits 0 on it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, _frame):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+@contextlib.contextmanager
 def stop_on_signals():
     """While the pipeline runs, SIGTERM and SIGHUP raise `PipelineInterrupted` in the main thread (as SIGINT raises
     KeyboardInterrupt), so the running stage is stopped instead of being orphaned."""
@@ -332,6 +356,7 @@ def _run_locked(pipeline: Pipeline, stage: Stage, lock_fd: int, bar, verbose: bo
         "recipe": str(resolved or stage.recipe) if stage.recipe else None,
         "inputs": stage.inputs,
         "values": stage.values,
+        "set": pipeline.overrides,  # the run's `--set` overrides of `vars` (the report states them)
         "output": str(output),
         "log": str(log),
         "fingerprint": fingerprint(pipeline, stage),
@@ -348,8 +373,9 @@ def _run_locked(pipeline: Pipeline, stage: Stage, lock_fd: int, bar, verbose: bo
         proc = _start_stage(argv, _child_env(pipeline, stage), lock_fd)
         watchdog = _start_watchdog(proc.pid)
         try:
-            tail = _stream(proc, handle, bar, verbose)
-            code = proc.wait()
+            with forward_preemption(proc.pid):
+                tail = _stream(proc, handle, bar, verbose)
+                code = proc.wait()
         except BaseException:  # a signal or an engine error: do not leave the stage's processes running
             _stop_stage(proc)
             os.close(watchdog)
@@ -385,6 +411,38 @@ def _run_locked(pipeline: Pipeline, stage: Stage, lock_fd: int, bar, verbose: bo
     record.update(status="done", manifest_digest=file_digest(output / MANIFEST))
     _write_record(pipeline, stage, record)
     return record
+
+
+def plan(pipeline: Pipeline, stages: list[Stage], force: bool = False) -> list[tuple[Stage, str, str | None]]:
+    """What `run_pipeline(pipeline, stages, force)` will do, decided before anything runs: (stage, its status now,
+    why it will run, or None when it will be skipped). A stage that is complete now still runs again when one of its
+    inputs runs: the input's new run changes the stage's identity, which its status alone cannot show yet (a `--set`
+    change re-runs every stage downstream of the first one it touches)."""
+    runs, steps = set(), []
+    for stage in stages:
+        status = stage_status(pipeline, stage)
+        upstream = [name for name in stage.inputs if name in runs]
+        if force:
+            why = "--force"
+        elif upstream:
+            names = ", ".join(upstream)
+            why = f"input {names} runs first" if len(upstream) == 1 else f"inputs {names} run first"
+        elif status != "complete":
+            why = REASONS.get(status, status)
+        else:
+            why = None
+        if why:
+            runs.add(stage.name)
+        steps.append((stage, status, why))
+    return steps
+
+
+REASONS = {
+    "missing": "no output yet",
+    "partial": "resumes an interrupted run",
+    "stale": "its recipe, arguments or inputs changed",
+    "waiting": "an input is not complete yet",
+}
 
 
 def check_inputs(pipeline: Pipeline, stages: list[Stage]) -> None:

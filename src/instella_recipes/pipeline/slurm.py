@@ -12,8 +12,9 @@ Contract:
   `accelerate_config` runs one `accelerate launch` per task through `srun` (on a GPU cluster: one per node, each
   starting `gpus_per_node` processes; on CPU: one process per task, ranks from Slurm, gloo).
 - Pre-emption (`preempt_signal_s`): `--signal=B:USR1@<s>` and `--requeue`. The batch shell traps USR1 and passes it
-  to the training processes (launchers and the runner ignore it; `PreemptionCallback` in the training saves a
-  complete checkpoint and exits 0); if the stage's manifest is then missing, the batch script requeues its own job
+  to the runner, which passes it to its stage's process group (launchers ignore it; `PreemptionCallback` in the
+  training saves a complete checkpoint and exits 0); if the stage's manifest is then missing, the batch script
+  requeues its own job
   (`scontrol requeue`; a time-limit kill is never requeued by Slurm itself) and the next start resumes from the
   checkpoint (`resume_from_checkpoint: auto`).
 - `wait_for_jobs` follows the jobs to the end with a progress line per state change and returns the failed stage
@@ -116,8 +117,9 @@ set -uo pipefail
 cd {shlex.quote(os.getcwd())}
 echo "[$(date +%T)] {stage.name}: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, restart ${{SLURM_RESTART_COUNT:-0}}"
 preempted=0
-# Pre-emption: pass USR1 on to the training processes of every step (they save a checkpoint and exit 0); the
-# runner and the launchers ignore it (SIG_IGN is inherited; the training installs its own handler).
+# Pre-emption: pass USR1 on to the runner (which passes it to its stage's process group) and to every step (the
+# training saves a checkpoint and exits 0); launchers ignore it (SIG_IGN is inherited; the training installs its own
+# handler).
 on_usr1() {{
     preempted=1; trap '' USR1
     echo "[$(date +%FT%T)] USR1: asking the stage to checkpoint and stop"
@@ -173,7 +175,9 @@ def submit(pipeline, stages, variables, slurm, force=False, dry_run=False, say=p
         if stage.name in jobs:
             say(f"{tag}: already {states[jobs[stage.name]][0].lower()} as job {jobs[stage.name]}, not resubmitted")
             continue
-        if status == "complete" and not force:
+        # a complete stage still runs again after an input that runs again (a new job here or one in flight): the
+        # input's new run changes its identity, as in runner.plan
+        if status == "complete" and not force and not any(name in jobs for name in stage.inputs):
             say(f"{tag}: complete, skipped ({pipeline.output_of(stage)})")
             continue
         for name in stage.inputs:

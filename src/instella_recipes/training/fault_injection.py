@@ -11,6 +11,7 @@ SIGTERM/SIGUSR1: a pre-emption; SLURM: Slurm's own USR1 to the job's batch shell
 import os
 import signal
 import subprocess
+import time
 
 from transformers import TrainerCallback
 
@@ -48,9 +49,33 @@ class _Killer(TrainerCallback):
                 return
             open(self.once_file, "w").close()
         if self.sig == "SLURM":  # a real Slurm pre-emption: Slurm signals the job's batch shell, as at the time limit
-            subprocess.run(["scancel", "--batch", "--signal=USR1", os.environ["SLURM_JOB_ID"]], check=True)
+            _await_usr1(lambda: subprocess.run(["scancel", "--batch", "--signal=USR1", os.environ["SLURM_JOB_ID"]],
+                                               check=True))  # fmt: skip
             return
         os.kill(os.getpid(), self.sig)
+
+
+def _await_usr1(request, timeout: float = 60.0) -> None:
+    """Call `request` (which makes someone else send this process SIGUSR1) and hold this step until the signal has
+    arrived and the run's own handler has seen it: delivery through slurmctld and the batch shell is asynchronous,
+    and a tiny run would otherwise finish before it lands, so the test would not test pre-emption at all."""
+    arrived = False
+    previous = signal.getsignal(signal.SIGUSR1)
+
+    def chained(signum, frame):
+        nonlocal arrived
+        arrived = True
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGUSR1, chained)
+    try:
+        request()
+        deadline = time.monotonic() + timeout
+        while not arrived and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
 
 
 class _SignalAtTrainEnd(TrainerCallback):
