@@ -44,3 +44,18 @@ def fail_before_first_step(model, plugin_args: dict) -> list:
             raise RuntimeError("injected failure before the first step")
 
     return [Fail()]
+
+
+def resume_on_one_process(data_dir, two_process_run, folder) -> None:
+    """Copy checkpoint-2 of a 2-process run (4 steps, batch 2 per device) into `folder` and finish it on 1 process
+    with accumulation 2: the same global batch, so the same samples per step."""
+    import shutil
+
+    from instella_recipes.scripts.pretrain import main
+
+    folder.mkdir()
+    shutil.copytree(two_process_run / "checkpoint-2", folder / "checkpoint-2")
+    shutil.copy(two_process_run / "run.json", folder / "run.json")
+    argv = pretrain_argv(data_dir, folder, max_steps=4, save_steps=2, per_device_train_batch_size=2,
+                         gradient_accumulation_steps=2)  # fmt: skip
+    assert main(argv) == 0

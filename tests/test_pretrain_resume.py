@@ -4,7 +4,6 @@ are resumed from."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from instella_recipes.scripts.pretrain import main
 from safetensors.torch import load_file
 
 from instella_recipes.training.checkpoints import find_resume_checkpoint
-from tests.pretrain_utils import prepare_tiny, pretrain_argv
+from tests.pretrain_utils import prepare_tiny, pretrain_argv, resume_on_one_process
 
 ROOT = Path(__file__).resolve().parents[1]
 KILL = ["--plugins", "instella_recipes.training.fault_injection:kill_at_step"]
@@ -98,12 +97,7 @@ def test_two_process_run_checkpoints_and_resumes_on_one_process(data_dir, tmp_pa
     assert (two / "checkpoint-2" / "rng_state_1.pth").is_file() and (two / "manifest.json").is_file()
 
     one = tmp_path / "one"
-    one.mkdir()
-    shutil.copytree(two / "checkpoint-2", one / "checkpoint-2")
-    shutil.copy(two / "run.json", one / "run.json")
-    argv = pretrain_argv(data_dir, one, max_steps=4, save_steps=2, per_device_train_batch_size=2,
-                         gradient_accumulation_steps=2)  # fmt: skip
-    assert main(argv) == 0
+    resume_on_one_process(data_dir, two, one)
     losses_two, losses_one = _losses(two), _losses(one)
     assert list(losses_one) == [1, 2, 3, 4]
     for step in (3, 4):  # the same samples in the same order: equal up to reduction order

@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from instella_recipes.core import RecipeError
 from instella_recipes.pipeline.graph import load_pipeline
 from instella_recipes.pipeline.slurm import resources
-from tests.pretrain_utils import prepare_tiny, pretrain_argv
+from tests.pretrain_utils import prepare_tiny, pretrain_argv, resume_on_one_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -184,12 +184,7 @@ def test_two_processes_under_srun_match_one_and_resume_on_one(tmp_path, data_dir
     assert manifest["world_size"] == 2 and (two / "checkpoint-2" / "rng_state_1.pth").is_file()
 
     one = tmp_path / "one"
-    one.mkdir()
-    shutil.copytree(two / "checkpoint-2", one / "checkpoint-2")
-    shutil.copy(two / "run.json", one / "run.json")
-    argv = pretrain_argv(data_dir, one, max_steps=4, save_steps=2, per_device_train_batch_size=2,
-                         gradient_accumulation_steps=2)  # fmt: skip
-    assert pretrain_main(argv) == 0  # resumes the 2-process checkpoint on 1 process
+    resume_on_one_process(data_dir, two, one)  # the 2-process checkpoint resumes on 1 process
     reference = tmp_path / "reference"
     assert pretrain_main(pretrain_argv(data_dir, reference, max_steps=4, save_steps=100,
                                        per_device_train_batch_size=2, gradient_accumulation_steps=2)) == 0  # fmt: skip
