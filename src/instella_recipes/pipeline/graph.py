@@ -146,9 +146,8 @@ def _expand_matrix(entry: dict, where: str) -> list[dict]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*(matrix[k] for k in keys))]
 
 
-def load_pipeline(path: str | Path, output_dir: str | Path | None = None, overrides: dict | None = None) -> Pipeline:
-    """Read and check a pipeline YAML; `output_dir` and `overrides` (for `vars`) come from the command line."""
-    path = Path(path)
+def _read_yaml(path: Path) -> tuple[dict, list, dict[str, int]]:
+    """The pipeline mapping, each stage's (line, key lines), and each top-level key's line; shape checked."""
     if not path.is_file():
         raise RecipeError(f"pipeline file {path} does not exist (pass --config recipes/<model>/pipeline.yaml)")
     text = path.read_text()
@@ -163,56 +162,97 @@ def load_pipeline(path: str | Path, output_dir: str | Path | None = None, overri
     for key in data:
         if key not in TOP_KEYS:
             _check_keys({key: None}, TOP_KEYS, f"{path}:{top_lines.get(key, '?')}", "top-level")
+    return data, lines, top_lines
+
+
+def _variables(path: Path, data: dict, overrides: dict | None) -> dict:
+    """The `vars` with the command line's `--set` values (parsed as YAML) applied; unknown names are errors."""
     variables = dict(data.get("vars") or {})
     for key, value in (overrides or {}).items():
         if key not in variables:
             raise RecipeError(f"--set {key}=...: {path} has no var '{key}' (vars: {', '.join(variables) or 'none'})")
         variables[key] = yaml.safe_load(value) if isinstance(value, str) else value
+    return variables
 
+
+def _check_stage_entry(entry, path: Path, line, key_lines: dict, groups: dict) -> str:
+    """Checks one `stages:` entry (a mapping with known keys, a name and a command); returns its unique name."""
+    where = f"{path}:{line}"
+    if not isinstance(entry, dict):
+        raise RecipeError(f"{where}: each stage is a mapping with at least `name` and `command`")
+    for key in entry:
+        if key not in STAGE_KEYS:
+            _check_keys({key: None}, STAGE_KEYS, f"{path}:{key_lines.get(key, line)}", "stage")
+    for required in ("name", "command"):
+        if not entry.get(required):
+            raise RecipeError(f"{where}: stage needs a `{required}`")
+    group = str(entry["name"])
+    if not NAME.match(group) or group in groups:
+        raise RecipeError(f"{where}: stage name '{group}' must be unique and use only letters, digits and _")
+    return group
+
+
+def _expand_stage(entry: dict, group: str, where: str, slurm: dict) -> list[Stage]:
+    """One Stage per matrix combination of a checked entry (one Stage without a matrix)."""
+    stages = []
+    for values in _expand_matrix(entry, where):
+        name = "_".join([group, *(str(v) for v in values.values())])
+        if not NAME.match(name):
+            raise RecipeError(f"{where}: matrix values must be letters, digits or _ (stage name '{name}')")
+        stages.append(
+            Stage(
+                name=name,
+                group=group,
+                command=str(entry["command"]),
+                recipe=entry.get("recipe"),
+                accelerate_config=entry.get("accelerate_config"),
+                inputs=[str(i) for i in entry.get("inputs") or []],
+                args=entry.get("args") or {},
+                output=str(entry.get("output") or name),
+                env={str(k): str(v) for k, v in (entry.get("env") or {}).items()},
+                values=values,
+                recipe_overrides=entry.get("recipe_overrides") or {},
+                writes_manifest=bool(entry.get("writes_manifest", True)),
+                description=str(entry.get("description") or ""),
+                where=where,
+                slurm=dict(slurm),  # one dict per stage: overrides may change one stage only
+            )
+        )
+    return stages
+
+
+def _resolve_stages(pipeline: Pipeline) -> None:
+    """Substitute every placeholder and check every file now, before anything runs; outputs first (other stages'
+    placeholders refer to them), each a distinct folder inside the output_dir."""
+    for stage in pipeline.stages:
+        stage.output = substitute(pipeline, stage, stage.output, "output")
+        if not isinstance(stage.output, str) or Path(stage.output).is_absolute() or ".." in Path(stage.output).parts:
+            raise RecipeError(f"{stage.where}: output '{stage.output}' must be a folder inside the output_dir")
+    for stage in pipeline.stages:
+        stage.env = {k: substitute(pipeline, stage, v, f"env.{k}") for k, v in stage.env.items()}
+        command_line(pipeline, stage)
+        if stage.recipe_overrides and not stage.recipe:
+            raise RecipeError(f"{stage.where}: stage '{stage.name}' has recipe_overrides but no recipe")
+        render_recipe(pipeline, stage)
+    outputs = [s.output for s in pipeline.stages]
+    if len(set(outputs)) != len(outputs):
+        raise RecipeError(f"{pipeline.path}: two stages write the same output folder ({outputs})")
+
+
+def load_pipeline(path: str | Path, output_dir: str | Path | None = None, overrides: dict | None = None) -> Pipeline:
+    """Read and check a pipeline YAML; `output_dir` and `overrides` (for `vars`) come from the command line."""
+    path = Path(path)
+    data, lines, top_lines = _read_yaml(path)
+    variables = _variables(path, data, overrides)
     top_slurm = _slurm_section(data.get("slurm"), f"{path}:{top_lines.get('slurm', '?')}")
     stages, groups = [], {}
     for index, entry in enumerate(data["stages"]):
         line, key_lines = lines[index] if index < len(lines) else ("?", {})
-        where = f"{path}:{line}"
-        if not isinstance(entry, dict):
-            raise RecipeError(f"{where}: each stage is a mapping with at least `name` and `command`")
-        for key in entry:
-            if key not in STAGE_KEYS:
-                _check_keys({key: None}, STAGE_KEYS, f"{path}:{key_lines.get(key, line)}", "stage")
-        for required in ("name", "command"):
-            if not entry.get(required):
-                raise RecipeError(f"{where}: stage needs a `{required}`")
-        group = str(entry["name"])
-        if not NAME.match(group) or group in groups:
-            raise RecipeError(f"{where}: stage name '{group}' must be unique and use only letters, digits and _")
-        groups[group] = []
-        for values in _expand_matrix(entry, where):
-            name = "_".join([group, *(str(v) for v in values.values())])
-            if not NAME.match(name):
-                raise RecipeError(f"{where}: matrix values must be letters, digits or _ (stage name '{name}')")
-            groups[group].append(name)
-            stages.append(
-                Stage(
-                    name=name,
-                    group=group,
-                    command=str(entry["command"]),
-                    recipe=entry.get("recipe"),
-                    accelerate_config=entry.get("accelerate_config"),
-                    inputs=[str(i) for i in entry.get("inputs") or []],
-                    args=entry.get("args") or {},
-                    output=str(entry.get("output") or name),
-                    env={str(k): str(v) for k, v in (entry.get("env") or {}).items()},
-                    values=values,
-                    recipe_overrides=entry.get("recipe_overrides") or {},
-                    writes_manifest=bool(entry.get("writes_manifest", True)),
-                    description=str(entry.get("description") or ""),
-                    where=where,
-                    slurm={
-                        **top_slurm,
-                        **_slurm_section(entry.get("slurm"), f"{path}:{key_lines.get('slurm', line)}"),
-                    },
-                )
-            )
+        group = _check_stage_entry(entry, path, line, key_lines, groups)
+        slurm = {**top_slurm, **_slurm_section(entry.get("slurm"), f"{path}:{key_lines.get('slurm', line)}")}
+        expanded = _expand_stage(entry, group, f"{path}:{line}", slurm)
+        groups[group] = [stage.name for stage in expanded]
+        stages += expanded
     pipeline = Pipeline(
         path=path,
         output_dir=Path(output_dir or data.get("output_dir") or "runs/pipeline"),
@@ -225,19 +265,7 @@ def load_pipeline(path: str | Path, output_dir: str | Path | None = None, overri
     )
     _resolve_inputs(pipeline, set(groups))
     pipeline.stages = _topological(pipeline)
-    for stage in pipeline.stages:  # outputs first: other stages' placeholders refer to them
-        stage.output = substitute(pipeline, stage, stage.output, "output")
-        if not isinstance(stage.output, str) or Path(stage.output).is_absolute() or ".." in Path(stage.output).parts:
-            raise RecipeError(f"{stage.where}: output '{stage.output}' must be a folder inside the output_dir")
-    for stage in pipeline.stages:
-        stage.env = {k: substitute(pipeline, stage, v, f"env.{k}") for k, v in stage.env.items()}
-        command_line(pipeline, stage)  # resolves every placeholder and checks files now, before anything runs
-        if stage.recipe_overrides and not stage.recipe:
-            raise RecipeError(f"{stage.where}: stage '{stage.name}' has recipe_overrides but no recipe")
-        render_recipe(pipeline, stage)
-    outputs = [s.output for s in pipeline.stages]
-    if len(set(outputs)) != len(outputs):
-        raise RecipeError(f"{path}: two stages write the same output folder ({outputs})")
+    _resolve_stages(pipeline)
     return pipeline
 
 
