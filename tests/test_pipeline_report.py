@@ -57,6 +57,8 @@ def test_report_tables_and_plots(tmp_path):
         "tokens_per_s_base": 100.0, "tokens_per_s_assisted": 180.0, "speedup": 1.8, "identical_outputs": 4,
     }  # fmt: skip
     (spec / "speculative.json").write_text(json.dumps([summary]))
+    # the Slurm executor keeps its job ids beside the run records; they are not stages
+    (run / "pipeline" / "stage1.slurm.json").write_text(json.dumps({"job_id": "17", "restarts": 0}))
 
     main(["--run_dir", str(run)])
     report = (run / "report.md").read_text()

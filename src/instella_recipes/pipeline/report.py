@@ -30,7 +30,8 @@ def read_records(run_dir: Path) -> list[dict]:
     folder = run_dir / "pipeline"
     if not folder.is_dir():
         raise RecipeError(f"{run_dir} has no pipeline/ run records: run scripts/pipeline.py --output_dir {run_dir}")
-    records = [json.loads(p.read_text()) for p in folder.glob("*.json")]
+    # `<stage>.slurm.json` beside them holds the Slurm executor's job ids, not a run record
+    records = [json.loads(p.read_text()) for p in folder.glob("*.json") if not p.name.endswith(".slurm.json")]
     records = [r for r in records if r.get("status") != "running"]  # e.g. this report stage itself
     return sorted(records, key=lambda r: (r.get("started_at", ""), r["stage"]))
 
