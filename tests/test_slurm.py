@@ -127,13 +127,13 @@ def test_failed_stage_cancels_its_dependents_and_is_named(tmp_path, capsys):
 
 @needs_slurm
 def test_tiny_pipeline_through_slurm_then_resubmission_skips(tmp_path, capsys):
-    """The tiny recipe's training chain as dependent jobs (stage 2's three seeds run side by side), then a second
-    submission finds every stage complete and submits nothing."""
+    """The whole tiny pipeline (18 stages: training chain, evaluations, draft, speculative decoding, release,
+    report) as dependent jobs, stage 2's three seeds side by side; then a second submission finds every stage
+    complete and submits nothing."""
     small = ["hidden_size=32", "intermediate_size=64", "num_layers=2", "stage1_epochs=1", "stage2_steps=2",
              "n_train_problems=60"]  # fmt: skip
     argv = ["--config", "recipes/tiny/pipeline.yaml", "--output_dir", str(tmp_path / "demo"), "--executor", "slurm"]
     argv += [item for s in small for item in ("--set", s)]
-    argv += [item for s in ("data", "tokenizer", "prepare", "stage1", "stage2", "merge") for item in ("--stage", s)]
     assert main([*argv, "--wait"]) == 0
     out = capsys.readouterr().out
     assert "stage2_6198: submitted job" in out and "after stage1, prepare" in out
@@ -141,6 +141,7 @@ def test_tiny_pipeline_through_slurm_then_resubmission_skips(tmp_path, capsys):
     seeds = [_weights(tmp_path / "demo" / f"stage2_{s}") for s in (5796, 6198, 8915)]
     key = "model.embed_tokens.weight"
     assert torch.allclose(merged[key], sum(s[key] for s in seeds) / 3, atol=1e-6)
+    assert (tmp_path / "demo" / "report.md").is_file() and (tmp_path / "demo" / "release" / "manifest.json").is_file()
     assert main(argv) == 0
     assert "nothing to submit" in capsys.readouterr().out
 
