@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -413,12 +414,16 @@ def _run_locked(pipeline: Pipeline, stage: Stage, lock_fd: int, bar, verbose: bo
     return record
 
 
-def plan(pipeline: Pipeline, stages: list[Stage], force: bool = False) -> list[tuple[Stage, str, str | None]]:
-    """What `run_pipeline(pipeline, stages, force)` will do, decided before anything runs: (stage, its status now,
-    why it will run, or None when it will be skipped). A stage that is complete now still runs again when one of its
-    inputs runs: the input's new run changes the stage's identity, which its status alone cannot show yet (a `--set`
-    change re-runs every stage downstream of the first one it touches)."""
-    runs, steps = set(), []
+def plan(
+    pipeline: Pipeline, stages: list[Stage], force: bool = False, in_flight: Iterable[str] = ()
+) -> list[tuple[Stage, str, str | None]]:
+    """What `run_pipeline(pipeline, stages, force)` (or the Slurm executor's `submit`) will do, decided before
+    anything runs: (stage, its status now, why it will run, or None when it will be skipped). A stage that is
+    complete now still runs again when one of its inputs runs: the input's new run changes the stage's identity,
+    which its status alone cannot show yet (a `--set` change re-runs every stage downstream of the first one it
+    touches). `in_flight` names stages that already run elsewhere (queued or running Slurm jobs): they count as
+    running inputs."""
+    runs, steps = set(in_flight), []
     for stage in stages:
         status = stage_status(pipeline, stage)
         upstream = [name for name in stage.inputs if name in runs]

@@ -32,7 +32,7 @@ from pathlib import Path
 from instella_recipes.core import MANIFEST, RecipeError, atomic_write_text, did_you_mean
 
 from .graph import ROOT, SLURM_KEYS, Pipeline, Stage
-from .runner import log_path, stage_status
+from .runner import log_path, plan, stage_status
 
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
           "SUSPENDED", "STAGE_OUT", "SIGNALING", "STOPPED"}  # fmt: skip
@@ -169,15 +169,14 @@ def submit(pipeline, stages, variables, slurm, force=False, dry_run=False, say=p
     states = job_states([r["job_id"] for r in known.values() if r])
     jobs = {n: r["job_id"] for n, r in known.items() if r and states.get(r["job_id"], ("",))[0] in ACTIVE}
     chosen = {s.name for s in stages}
-    for index, stage in enumerate(stages, 1):
+    # the local run's plan, with the jobs already in flight counted as running inputs
+    steps = plan(pipeline, stages, force, in_flight=jobs)
+    for index, (stage, status, why) in enumerate(steps, 1):
         tag = f"[{index}/{len(stages)}] {stage.name}"
-        status = stage_status(pipeline, stage)
         if stage.name in jobs:
             say(f"{tag}: already {states[jobs[stage.name]][0].lower()} as job {jobs[stage.name]}, not resubmitted")
             continue
-        # a complete stage still runs again after an input that runs again (a new job here or one in flight): the
-        # input's new run changes its identity, as in runner.plan
-        if status == "complete" and not force and not any(name in jobs for name in stage.inputs):
+        if why is None:
             say(f"{tag}: complete, skipped ({pipeline.output_of(stage)})")
             continue
         for name in stage.inputs:

@@ -15,10 +15,13 @@ from instella_recipes.core.checks import check_choice, check_range, check_traini
 LOSS_ALIASES = {"dpo_norm": "sigmoid_norm", "dpo": "sigmoid"}
 
 
-def dpo_loss_types() -> list[str]:
-    """The loss names TRL's DPOConfig documents (its help text lists them), plus our aliases."""
+def dpo_loss_types() -> list[str] | None:
+    """The loss names TRL's DPOConfig documents, plus our aliases. TRL keeps no list of them in code (its trainer
+    branches on the names), so they are read from the field's help text; None if that text names none (a TRL
+    version that words it differently), and the check is then left to TRL."""
     help_text = DPOConfig.__dataclass_fields__["loss_type"].metadata.get("help", "")
-    return sorted(set(re.findall(r"`'(\w+)'`", help_text)) | set(LOSS_ALIASES))
+    names = set(re.findall(r"`'(\w+)'`", help_text))
+    return sorted(names | set(LOSS_ALIASES)) if names else None
 
 
 @dataclass
@@ -33,7 +36,7 @@ class CheckedDPOConfig(DPOConfig):
     def __post_init__(self):
         check_training_arguments(self)
         known = dpo_loss_types()
-        for name in [self.loss_type] if isinstance(self.loss_type, str) else self.loss_type:
+        for name in ([self.loss_type] if isinstance(self.loss_type, str) else self.loss_type) if known else []:
             check_choice("loss_type", name, known)
         super().__post_init__()
 

@@ -24,6 +24,7 @@ from functools import partial
 from torch.optim.lr_scheduler import LambdaLR
 
 from instella_recipes.core import RecipeError
+from instella_recipes.core.checks import check_range
 
 OLMO_STEP_OFFSET = 1.0
 
@@ -79,16 +80,10 @@ def check_schedule_kwargs(kwargs: dict | None) -> None:
     unknown = sorted(set(kwargs) - set(SCHEDULE_KEYS))
     if unknown:
         raise RecipeError(f"lr_scheduler_kwargs: unknown key(s) {unknown}; known: {SCHEDULE_KEYS}")
-    if not 0 <= float(kwargs["alpha_f"]) <= 1:
-        raise RecipeError(f"lr_scheduler_kwargs.alpha_f must be in [0, 1], not {kwargs['alpha_f']}")
-    if not 0 <= float(kwargs.get("warmup_start_factor", 0.1)) <= 1:
-        factor = kwargs["warmup_start_factor"]
-        raise RecipeError(f"lr_scheduler_kwargs.warmup_start_factor must be in [0, 1], not {factor}")
-    if not 0 <= float(kwargs.get("lr_step_offset", OLMO_STEP_OFFSET)) <= 1:
-        raise RecipeError(
-            f"lr_scheduler_kwargs.lr_step_offset must be in [0, 1] (OLMo 1, lit_gpt 1 - 1/accumulation), "
-            f"not {kwargs['lr_step_offset']}"
-        )
+    check_range("lr_scheduler_kwargs.alpha_f", kwargs["alpha_f"], 0, 1)
+    check_range("lr_scheduler_kwargs.warmup_start_factor", kwargs.get("warmup_start_factor", 0.1), 0, 1)
+    offset = kwargs.get("lr_step_offset", OLMO_STEP_OFFSET)
+    check_range("lr_scheduler_kwargs.lr_step_offset", offset, 0, 1, hint="OLMo 1, lit_gpt 1 - 1/accumulation")
 
 
 class InstellaOptimMixin:
