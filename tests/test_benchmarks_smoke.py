@@ -88,11 +88,48 @@ def test_bench_gpu_smoke_runs_every_section(tmp_path, capsys):
 def test_bench_speculative_smoke_trains_and_decodes(capsys):
     assert bench_speculative.main(["--smoke"]) == 0
     report = capsys.readouterr().out
-    assert "| target |" in report and "| draft |" in report
-    row = next(line for line in report.splitlines() if line.startswith("| 2 |"))
+    assert "| target |" in report and "| draft_32x1 |" in report
+    row = next(line for line in report.splitlines() if line.startswith("| draft_32x1 (") and " | 2 | " in line)
     assert row.rstrip().endswith("2/2 |")  # greedy output identical with and without the draft, both prompts
 
 
 def test_stdlib_corpus_is_real_python():
     texts = bench_speculative.stdlib_sources(limit_bytes=50_000)
     assert texts and all(compile(t, "<stdlib>", "exec") for t in texts)
+
+
+def test_distillation_labels_are_the_targets_greedy_next_tokens():
+    """Every label is the target's argmax at the position before it (the model's own loss shifts by one), so on the
+    target-continued sequences the labels are the continuation itself, and on real windows they are what the
+    target would have said, not the text."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, pad_token_id=0)  # fmt: skip
+    target = LlamaForCausalLM(config).eval()
+    windows = torch.randint(1, 50, (6, 12)).tolist()
+    starts = [windows[0][:5], windows[3][:5]]
+    data = bench_speculative.distillation_set(target, windows[:4], starts)
+    sequences, labels = torch.tensor(data["input_ids"]), torch.tensor(data["labels"])
+    assert sequences.shape == labels.shape == (6, 12)
+    assert sequences[:4].tolist() == windows[:4] and sequences[4:, :5].tolist() == starts
+    with torch.no_grad():
+        argmax = target(sequences).logits.argmax(-1)
+    assert (labels[:, 0] == -100).all() and torch.equal(labels[:, 1:], argmax[:, :-1])
+    assert torch.equal(labels[4:, 5:], sequences[4:, 5:])  # greedy continuation == the target's argmax labels
+
+
+def test_docstring_starts_end_where_a_docstring_closes():
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_file="tests/fixtures/tokenizers/olmo-gpt-neox-20b-pii-special.json")
+    module = (
+        'import os\n\n\ndef first(path):\n    """Return the path\'s first part."""\n    return path[0]\n\n\n'
+        'def undocumented():\n    return 1\n\n\nclass A:\n    def method(self, x):\n        """Twice x.\n\n'
+        '        >>> A().method(2)\n        4\n        """\n        return 2 * x\n'
+    )
+    starts = bench_speculative.docstring_starts(tok, [module, "def broken(:\n"], prefix=6, n=2)
+    assert len(starts) == 2 and all(len(s) == 6 for s in starts)  # the unparsable module is skipped
+    texts = [tok.decode(s) for s in starts]
+    assert texts[0].endswith('first part."""\n') and texts[1].endswith('        4\n        """\n')

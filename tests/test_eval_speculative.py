@@ -49,6 +49,7 @@ def test_draft_equal_to_target_accepts_every_token_and_keeps_greedy_output(pair)
     result = spec.run_mode(target, draft, tok, prompts, "greedy", MAX_NEW, gen_overrides=no_eos, repeats=2)
     assert result.counts.drafted >= 2 * 2 * (MAX_NEW - 4)  # per prompt and repeat: all but the bonus tokens drafted
     assert result.counts.accepted == result.counts.drafted
+    assert result.counts.rejections == 0 and result.counts.token_acceptance == 1.0
     assert result.identical == result.prompts == 2
     assert result.new_tokens_base == result.new_tokens_assisted == 2 * 2 * MAX_NEW  # 2 repeats, warm-up not counted
     summary = result.summary()
@@ -70,9 +71,17 @@ def test_smaller_vocab_draft_is_padded_and_greedy_output_stays_the_targets(pair)
     result = spec.run_mode(target, draft, tok, prompts, "greedy", MAX_NEW)
     assert result.identical == 1  # assisted greedy is exact whatever the draft proposes
     assert 0 <= result.counts.accepted <= result.counts.drafted
+    assert result.counts.rejections <= result.counts.rounds
     summary = result.summary()
     assert summary["acceptance_rate"] == result.counts.accepted / result.counts.drafted
     assert "| greedy |" in spec.format_markdown([summary])
+
+
+def test_token_acceptance_counts_only_judged_draft_tokens():
+    # k = 4, three rounds: 4 accepted (no rejection), 1 accepted then a rejection, 0 accepted (rejected at once).
+    # accepted / drafted = 5 / 12; the tokens after a rejection are never judged, so a = 5 / (5 + 2)
+    counts = spec.DraftCounts(drafted=12, accepted=5, rounds=3, rejections=2)
+    assert counts.acceptance_rate == pytest.approx(5 / 12) and counts.token_acceptance == pytest.approx(5 / 7)
 
 
 def test_speedup_bound_matches_hand_computation():

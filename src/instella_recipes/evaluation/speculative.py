@@ -118,13 +118,24 @@ def set_draft_length(draft, k: int) -> None:
 # --- counting accepted / drafted tokens ----------------------------------------------------------------------------
 @dataclass
 class DraftCounts:
+    """Per-run totals. `acceptance_rate` is the published statistic (accepted / drafted, SPEC.md 4); it counts the
+    draft tokens after a rejection, which are never judged, as failures, so it is not the per-token acceptance
+    probability the Leviathan bound takes. `token_acceptance` estimates that one: each round judges draft tokens in
+    order until the first rejection, so a = accepted / (accepted + rejections) (the geometric model's estimate)."""
+
     drafted: int = 0
     accepted: int = 0
     rounds: int = 0
+    rejections: int = 0  # rounds that ended on a rejected draft token (not those where every draft was accepted)
 
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else float("nan")
+
+    @property
+    def token_acceptance(self) -> float:
+        judged = self.accepted + self.rejections
+        return self.accepted / judged if judged else float("nan")
 
 
 def count_drafts(target, counts: DraftCounts) -> None:
@@ -135,14 +146,17 @@ def count_drafts(target, counts: DraftCounts) -> None:
     def counted_generator(*args, **kwargs):
         generator = build(target, *args, **kwargs)
         get_candidates, update = generator.get_candidates, generator.update_candidate_strategy
+        last_drafted = [0]
 
         def counted_get_candidates(input_ids, *a, **kw):
             candidate_ids, candidate_logits = get_candidates(input_ids, *a, **kw)
-            counts.drafted += candidate_ids.shape[1] - input_ids.shape[1]
+            last_drafted[0] = candidate_ids.shape[1] - input_ids.shape[1]
+            counts.drafted += last_drafted[0]
             return candidate_ids, candidate_logits
 
         def counted_update(input_ids, scores, num_matches):
             counts.accepted += int(num_matches)
+            counts.rejections += int(num_matches) < last_drafted[0]
             counts.rounds += 1
             return update(input_ids, scores, num_matches)
 
@@ -202,8 +216,11 @@ class ModeResult:
             "prompts": self.prompts,
             "repeats": len(self.repeats),
             "acceptance_rate": self.counts.acceptance_rate,
+            "token_acceptance": self.counts.token_acceptance,
             "drafted_tokens": self.counts.drafted,
             "accepted_tokens": self.counts.accepted,
+            "rounds": self.counts.rounds,
+            "new_tokens_assisted": self.new_tokens_assisted,
             "tokens_per_s_base": median(base) if base else nan,
             "tokens_per_s_assisted": median(assisted) if assisted else nan,
             "speedup": median(speedups) if speedups else nan,
@@ -295,14 +312,15 @@ def load_pair(target_dir, draft_dir, dtype=torch.float32):
 
 def format_markdown(summaries: list[dict]) -> str:
     lines = [
-        "| mode | acceptance | tok/s target | tok/s target+draft | speedup (median [min, max]) | identical | "
+        "| mode | acceptance rate | a | tok/s target | tok/s target+draft | speedup (median [min, max]) | identical | "
         "pass@1 target | pass@1 target+draft |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
         spread = f" [{s['speedup_min']:.2f}, {s['speedup_max']:.2f}]" if s.get("repeats", 1) > 1 else ""
         lines.append(
             f"| {s['mode']} | {s['acceptance_rate']:.3f} ({s['accepted_tokens']}/{s['drafted_tokens']}) | "
+            f"{s.get('token_acceptance', float('nan')):.3f} | "
             f"{s['tokens_per_s_base']:.1f} | {s['tokens_per_s_assisted']:.1f} | {s['speedup']:.2f}x{spread} | "
             f"{s['identical_outputs']}/{s['prompts']} | {s['pass@1_base']:.2f} | {s['pass@1_assisted']:.2f} |"
         )
