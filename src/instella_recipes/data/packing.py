@@ -36,7 +36,8 @@ def make_tokenize_fn(tokenizer, eos_id: int):
     def tokenize(batch: pa.Table) -> pa.Table:
         texts = batch.column("text").to_pylist()
         encodings = backend.encode_batch_fast(texts, add_special_tokens=False)
-        lengths = np.fromiter((len(e.ids) + 1 for e in encodings), dtype=np.int64, count=len(encodings))
+        # len(e) reads the length in Rust; len(e.ids) would build each document's id list twice (~30% slower)
+        lengths = np.fromiter((len(e) + 1 for e in encodings), dtype=np.int64, count=len(encodings))
         offsets = np.zeros(len(encodings) + 1, dtype=np.int32)
         np.cumsum(lengths, out=offsets[1:])
         flat = np.fromiter(
@@ -98,14 +99,24 @@ class WindowWriter:
 
 
 def write_shuffled(ds, order: np.ndarray, writer: WindowWriter, chunk: int = 65536, progress=None) -> None:
-    """Write the documents of `ds` (an Arrow-backed dataset with `input_ids`) in `order`, chunk by chunk, using
-    Arrow's `take` + `flatten` so the concatenation runs in C++."""
-    column = ds.data.column("input_ids")
+    """Write the documents of `ds` (an Arrow-backed dataset with `input_ids`, no indices mapping) in `order`, chunk
+    by chunk.
+
+    Each document is a slice of its Arrow chunk's flat values (a zero-copy NumPy view), and a chunk of the order is
+    one `np.concatenate` of those slices. Arrow's own `take` on a list column copies list by list: on 40,000
+    documents / 23M tokens it took 0.67 s against 0.05 s for the slices (benchmarks/results/prepare_data.md)."""
+    pieces = ds.data.column("input_ids").chunks
+    firsts = np.cumsum([0] + [len(piece) for piece in pieces])
+    views = [(piece.values.to_numpy(zero_copy_only=False), piece.offsets.to_numpy()) for piece in pieces]
     for start in range(0, len(order), chunk):
-        idx = order[start : start + chunk]
-        taken = column.take(pa.array(idx))
-        flat = taken.combine_chunks().flatten() if isinstance(taken, pa.ChunkedArray) else taken.flatten()
-        writer.add(flat.to_numpy(zero_copy_only=False))
+        idx = np.asarray(order[start : start + chunk])
+        which = np.searchsorted(firsts, idx, side="right") - 1
+        local = idx - firsts[which]
+        slices = []
+        for w, i in zip(which.tolist(), local.tolist()):
+            values, offsets = views[w]
+            slices.append(values[offsets[i] : offsets[i + 1]])
+        writer.add(np.concatenate(slices))
         if progress is not None:
             progress.update(len(idx))
 
