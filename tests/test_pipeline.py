@@ -301,6 +301,14 @@ def _wait_until(predicate, limit: float = 60.0) -> bool:
     return predicate()
 
 
+def _default_sigint() -> None:
+    """The runner starts with SIGINT at its default, as from a terminal: a suite launched in the background (`cmd &`
+    in a non-interactive shell) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_runner(tmp_path: Path, name: str):
     import os
     import subprocess
@@ -316,6 +324,7 @@ def _start_runner(tmp_path: Path, name: str):
     runner = subprocess.Popen(
         [sys.executable, str(root / "scripts" / "pipeline.py"), "--config", str(graph)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=_default_sigint,
     )  # fmt: skip
     assert _wait_until(lambda: (tmp_path / name).is_file()), runner.communicate(timeout=5)
     return graph, runner, [int(x) for x in (tmp_path / name).read_text().split()]
