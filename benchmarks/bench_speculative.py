@@ -192,22 +192,16 @@ def forward_seconds(model, input_ids, new: int, repeats: int = 10) -> float:
     return statistics.median(times[1:])
 
 
-def output_diversity(model, tokenizer, prompts, new_tokens: int) -> dict:
-    """How far the target's greedy continuations are from a trivial loop (which any draft predicts, giving a
-    meaningless acceptance of 1): distinct token ids, the most frequent token's share, and the first continuation."""
+def output_diversity(tokenizer, token_ids: list[list[int]]) -> dict:
+    """How far the target's greedy continuations (`run_mode`'s target-alone outputs) are from a trivial loop, which
+    any draft predicts for a meaningless acceptance of 1: distinct token ids, the most frequent token's share, and
+    the first continuation."""
     from collections import Counter
 
-    counts, first = Counter(), None
-    for p in prompts:
-        ids = tokenizer(p["prompt"], return_tensors="pt").input_ids
-        with torch.inference_mode():
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                                 do_sample=False, eos_token_id=None, pad_token_id=tokenizer.pad_token_id)  # fmt: skip
-        new = out[0, ids.shape[1] :].tolist()
-        counts.update(new)
-        first = first if first is not None else tokenizer.decode(new)
+    counts = Counter(token for ids in token_ids for token in ids)
     total = sum(counts.values())
-    return {"distinct": len(counts), "tokens": total, "top_share": counts.most_common(1)[0][1] / total, "first": first}
+    return {"distinct": len(counts), "tokens": total, "top_share": counts.most_common(1)[0][1] / total,
+            "first": tokenizer.decode(token_ids[0])}  # fmt: skip
 
 
 def size_name(size) -> str:
@@ -390,7 +384,7 @@ def main(argv=None) -> int:
     probe = tok(prompts[0]["prompt"], return_tensors="pt").input_ids
     costs = {"target": decode_seconds_per_token(target, probe, args.new_tokens)}
     costs["verify"] = {n: forward_seconds(target, probe, n) for n in sorted({1, *(k + 1 for k in args.draft_tokens)})}
-    rows = []
+    rows, target_ids = [], None
     for role, (_, draft, _) in pairs.items():
         costs[role] = decode_seconds_per_token(draft, probe, args.new_tokens)
         for k in args.draft_tokens:
@@ -398,8 +392,9 @@ def main(argv=None) -> int:
             result = spec.run_mode(target, draft, tok, prompts, "greedy", args.new_tokens, repeats=args.repeats,
                                    gen_overrides={"eos_token_id": None})  # fmt: skip
             rows.append((role, k, result.summary()))
+            target_ids = target_ids or result.token_ids_base  # the target alone: the same in every run
             print(f"{role} k={k}: {rows[-1][2]}", flush=True)
-    diversity = output_diversity(target, tok, prompts, args.new_tokens)
+    diversity = output_diversity(tok, target_ids)
     body = report(args, info, rows, costs, diversity)
     print(body)
     if args.smoke:
@@ -426,16 +421,16 @@ def main(argv=None) -> int:
 
 
 SIZES_WHY = (
-    "Why these sizes: on this 2-core CPU a batch-1 decoding step of a small model is bound by per-layer dispatch, "
-    "not arithmetic, so cost grows with depth and, past ~256 wide, with width (measured here, quiet machine, fp32: "
-    "a 64 x 1 draft ~1.1 ms a token, 192 x 8 7.5 ms, 256 x 12 13 ms, 512 x 12 25 ms). The target is the most "
-    "expensive one that ~20 minutes of training reaches a non-degenerate loss with (512 x 12, 38M parameters, "
+    "Why these sizes: on this 2-core CPU a batch-1 decoding step of a small model is bound by per-layer dispatch, not"
+    " arithmetic, so cost grows with depth and, past ~256 wide, with width (measured here, quiet machine, fp32: a 64 "
+    "x 1 draft ~1.1 ms a token, 192 x 8 7.5 ms, 256 x 12 13 ms; this run's target and drafts: above). The target is "
+    "the most expensive one that ~20 minutes of training brings to a non-degenerate loss (512 x 12, 38M parameters, "
     "~790 tokens/s in bf16 autocast; 768 x 8 would train at ~615), so c falls to ~0.04-0.07 as with a 135M draft "
     "under a 7B target. An earlier run of the same script with a 256 x 12 target (13 ms a token, 1,200 steps) and "
-    "drafts 64 x 1 / 128 x 1 reached 1.44x at a = 0.71 (c 0.10-0.13): the per-round cost, not the acceptance, "
-    "held it back, hence the larger target. The drafts are one or two layers: depth, not width, is what a draft "
-    "token costs here. The models are far too small to solve HumanEval (pass@1 would be 0 for both paths, so it is "
-    "not scored; the sandboxed scoring is tested in tests/test_humaneval.py)."
+    "drafts 64 x 1 / 128 x 1 reached 1.44x at a = 0.71 (c 0.10-0.13): the per-round cost, not the acceptance, held it"
+    " back, hence the larger target. The drafts are one or two layers: depth, not width, is what a draft token costs "
+    "here. The models are far too small to solve HumanEval (pass@1 would be 0 for both paths, so it is not scored; "
+    "the sandboxed scoring is tested in tests/test_humaneval.py)."
 )
 
 

@@ -52,6 +52,7 @@ def test_draft_equal_to_target_accepts_every_token_and_keeps_greedy_output(pair)
     assert result.counts.rejections == 0 and result.counts.token_acceptance == 1.0
     assert result.identical == result.prompts == 2
     assert result.new_tokens_base == result.new_tokens_assisted == 2 * 2 * MAX_NEW  # 2 repeats, warm-up not counted
+    assert [len(ids) for ids in result.token_ids_base] == [MAX_NEW, MAX_NEW]  # the target's own tokens, 1st repeat
     summary = result.summary()
     assert summary["repeats"] == 2 and summary["speedup_min"] <= summary["speedup"] <= summary["speedup_max"]
 

@@ -187,6 +187,7 @@ class ModeResult:
     identical: int = 0
     prompts: int = 0
     completions_base: list[str] = field(default_factory=list)
+    token_ids_base: list[list[int]] = field(default_factory=list)  # the target's own new tokens, first repeat
     completions_assisted: list[str] = field(default_factory=list)
     passed_base: int | None = None
     passed_assisted: int | None = None
@@ -277,6 +278,7 @@ def run_mode(
                 totals[f"seconds_{path}"] += seconds
             if r == 0:
                 result.identical += int(torch.equal(outputs["base"], outputs["assisted"]))
+                result.token_ids_base.append(outputs["base"].tolist())
                 for path in ("base", "assisted"):
                     text = tokenizer.decode(outputs[path], skip_special_tokens=True)
                     getattr(result, f"completions_{path}").append(humaneval.truncate_completion(text))
