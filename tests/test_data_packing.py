@@ -154,3 +154,20 @@ def test_write_shuffled_writes_documents_in_order_across_arrow_chunks(tmp_path):
     expected = np.concatenate([docs[i] for i in order]).astype(np.uint16)
     n = len(expected) // 8 * 8
     assert np.array_equal(np.fromfile(tmp_path / "tokens.bin", dtype=np.uint16), expected[:n])
+
+
+def test_tokenize_fn_matches_the_plain_encode(olmo_tokenizer):
+    """The tokenize function's column is every document's plain encode + EOS, in order, in the dtype it is given
+    (prepare_data passes the packed file's), for empty and non-ASCII documents and an empty batch."""
+    import pyarrow as pa
+
+    from instella_recipes.data.packing import make_tokenize_fn
+
+    texts = ["def f(x):\n    return x + 1\n", "The capital of Place7 is Town7.", "", "é ünïcödé 東京 🚀", "a " * 300]
+    tokenize = make_tokenize_fn(olmo_tokenizer, eos_id=0, dtype=np.uint16)
+    for n in (0, 1, len(texts)):
+        out = tokenize(pa.table({"text": pa.array(texts[:n], type=pa.string())}))
+        expected = [olmo_tokenizer(t, add_special_tokens=False)["input_ids"] + [0] for t in texts[:n]]
+        assert out.column("input_ids").to_pylist() == expected
+        assert out.column("num_tokens").to_pylist() == [len(e) for e in expected]
+        assert out.schema.field("input_ids").type == pa.list_(pa.uint16())

@@ -185,7 +185,7 @@ def prepare(args: PrepareArguments) -> Path:
         writer = WindowWriter(partial / TOKENS, args.seq_len, dtype)
         with name_undecodable_line(specs):
             counts, dropped = _write_windows(
-                args, specs, loaded, make_tokenize_fn(tokenizer, eos_id), writer, num_proc
+                args, specs, loaded, make_tokenize_fn(tokenizer, eos_id, dtype), writer, num_proc
             )
         tok_json = partial / "tokenizer" / "tokenizer.json"
         write_manifest(
