@@ -47,6 +47,7 @@ from instella_recipes.evaluation import speculative as spec
 
 # (hidden, layers, heads); why these sizes: SIZES_WHY, printed into RESULTS.md.
 SIZES = {"target": (512, 12, 8), "drafts": ((64, 1, 2), (128, 2, 2))}
+DRAFTING = ("loop", "generate()")  # ours (DraftLoopCandidateGenerator), transformers' AssistedCandidateGenerator
 SMOKE_SIZES = {"target": (64, 2, 2), "drafts": ((32, 1, 2),)}
 
 
@@ -86,7 +87,8 @@ def llama(tokenizer, size: tuple[int, int, int], seq_len: int, seed: int) -> Lla
 
 def train(model, windows, labels, steps, batch, lr, workdir: Path, seed: int, bf16: bool) -> dict:
     """Train with transformers' Trainer (AdamW, warmup + cosine; bf16 autocast over fp32 weights when `bf16`, which
-    this CPU's avx512_bf16 runs ~1.7x faster than fp32); `labels` None means next-token labels (the windows)."""
+    a CPU with avx512_bf16 runs ~1.7x faster than fp32 and an AVX2-only one ~40x slower); `labels` None means
+    next-token labels (the windows)."""
     from datasets import Dataset
     from transformers import Trainer, TrainingArguments, default_data_collator
 
@@ -264,7 +266,8 @@ def report(args, info, rows, costs, diversity) -> str:
         f"Corpus: {info['files']} top-level stdlib modules of Python {sys.version.split()[0]} "
         f"({info['mbytes']:.1f} MB), the project's byte-level BPE trained on it (vocab {args.vocab}), "
         f"{info['windows']} windows of {args.seq_len} tokens. All models are Llamas trained from scratch with "
-        "transformers' Trainer (AdamW, warmup + cosine, bf16 autocast). The target learns the windows "
+        f"transformers' Trainer (AdamW, warmup + cosine, {'bf16 autocast' if args.bf16 else 'fp32'}). The target "
+        "learns the windows "
         f"(batch {args.batch} x {args.seq_len} tokens); the drafts learn a distillation set built from the trained "
         f"target in {distill['seconds']:.0f} s: {distill['real']} stdlib windows, plus sequences the target continued "
         f"greedily from real {distill['prefix']}-token stdlib starts ({distill['generated']} window starts and "
@@ -294,19 +297,21 @@ def report(args, info, rows, costs, diversity) -> str:
         "rate = accepted / drafted (the published statistic); a = accepted / (accepted + rejections), the per-token "
         "acceptance probability the bound takes (tokens drafted after a rejection are never judged). Round ms: one "
         "draft-and-verify round as measured (new tokens per round / tokens per second) against what the bound "
-        "charges for it (one target step + k draft steps); the difference is the per-round cost of transformers' "
-        "assisted generation (the draft's own `generate()` call "
-        "each round, verifying k + 1 tokens, the cache crop).",
+        "charges for it (one target step + k draft steps); the difference is the per-round cost of assisted "
+        "generation (verifying k + 1 tokens, the cache crop, and with transformers' generator the draft's own "
+        "`generate()` call each round). Drafting: `loop` is ours (`DraftLoopCandidateGenerator`: the same draft "
+        "tokens from a plain forward loop on the draft's cache), `generate()` is transformers' "
+        "`AssistedCandidateGenerator`; both run in the same process, one after the other, on the same models.",
         "",
-        "| draft | c | k | acceptance rate | a | tok/s target | tok/s target+draft | speedup (median [min, max]) | "
-        "bound (a, k, c) | round ms: measured / target + k draft | identical greedy output |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| draft | drafting | c | k | acceptance rate | a | tok/s target | tok/s target+draft | speedup (median [min, "
+        "max]) | bound (a, k, c) | round ms: measured / target + k draft | identical greedy output |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for role, k, s in rows:
+    for role, k, generator, s in rows:
         c = costs[role] / costs["target"]
         bound = spec.speedup_bound(s["token_acceptance"], k, c)
         lines.append(
-            f"| {role} ({costs[role] * 1e3:.2f} ms) | {c:.3f} | {k} | {s['acceptance_rate']:.3f} "
+            f"| {role} ({costs[role] * 1e3:.2f} ms) | {generator} | {c:.3f} | {k} | {s['acceptance_rate']:.3f} "
             f"({s['accepted_tokens']}/{s['drafted_tokens']}) | {s['token_acceptance']:.3f} | "
             f"{s['tokens_per_s_base']:.1f} | "
             f"{s['tokens_per_s_assisted']:.1f} | **{s['speedup']:.2f}x** [{s['speedup_min']:.2f}, "
@@ -327,6 +332,16 @@ def report(args, info, rows, costs, diversity) -> str:
 def round_ms(summary: dict) -> float:
     """Milliseconds per draft-and-verify round, from the measured assisted rate and the tokens each round yielded."""
     return summary["new_tokens_assisted"] / summary["rounds"] / summary["tokens_per_s_assisted"] * 1e3
+
+
+def native_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (avx512_bf16 or AMX); without it, bf16 autocast is emulated and a
+    training step of the 512 x 12 target takes minutes instead of seconds (measured on an AVX2-only EPYC)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def parse_args(argv):
@@ -352,9 +367,12 @@ def parse_args(argv):
     parser.add_argument("--corpus_bytes", type=int, default=None, help="stop reading the stdlib after this many")
     parser.add_argument("--prompts", type=int, default=8, help="the first N HumanEval prompts")
     parser.add_argument("--new_tokens", type=int, default=48)
-    parser.add_argument("--draft_tokens", type=int, nargs="+", default=[3, 4, 6])
+    parser.add_argument("--draft_tokens", type=int, nargs="+", default=[4, 6, 8])
+    parser.add_argument("--drafting", nargs="+", choices=DRAFTING, default=list(DRAFTING),
+                        help="candidate generators: ours (loop) and/or transformers' (generate)")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True, help="bf16 autocast training")
+    parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=native_bf16(),
+                        help="bf16 autocast training (default: only where the CPU has native bf16)")  # fmt: skip
     parser.add_argument("--smoke", action="store_true", help="toy sizes, seconds, nothing recorded (the test)")
     args = parser.parse_args(argv)
     if len(args.draft_sizes) % 3:
@@ -389,11 +407,13 @@ def main(argv=None) -> int:
         costs[role] = decode_seconds_per_token(draft, probe, args.new_tokens)
         for k in args.draft_tokens:
             spec.set_draft_length(draft, k)
-            result = spec.run_mode(target, draft, tok, prompts, "greedy", args.new_tokens, repeats=args.repeats,
-                                   gen_overrides={"eos_token_id": None})  # fmt: skip
-            rows.append((role, k, result.summary()))
-            target_ids = target_ids or result.token_ids_base  # the target alone: the same in every run
-            print(f"{role} k={k}: {rows[-1][2]}", flush=True)
+            for generator in args.drafting:
+                result = spec.run_mode(target, draft, tok, prompts, "greedy", args.new_tokens, repeats=args.repeats,
+                                       gen_overrides={"eos_token_id": None},
+                                       draft_loop=generator == "loop")  # fmt: skip
+                rows.append((role, k, generator, result.summary()))
+                target_ids = target_ids or result.token_ids_base  # the target alone: the same in every run
+                print(f"{role} k={k} {generator}: {rows[-1][3]}", flush=True)
     diversity = output_diversity(tok, target_ids)
     body = report(args, info, rows, costs, diversity)
     print(body)
@@ -403,13 +423,16 @@ def main(argv=None) -> int:
     from benchmarks.results_io import record
 
     command = "python benchmarks/bench_speculative.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-    best_role, best_k, best = max(rows, key=lambda r: r[2]["speedup"])
+    best_role, best_k, best_generator, best = max(rows, key=lambda r: r[3]["speedup"])
     body += (
-        f"\n\nBest: **{best['speedup']:.2f}x** greedy with {best_role} at k={best_k}, acceptance rate "
+        f"\n\nBest: **{best['speedup']:.2f}x** greedy with {best_role} at k={best_k} ({best_generator} drafting), "
+        f"acceptance rate "
         f"{best['acceptance_rate']:.2f} (a = {best['token_acceptance']:.2f}), greedy output identical on "
         f"{best['identical_outputs']}/{best['prompts']} prompts; its rounds took {round_ms(best):.1f} ms where the "
         f"bound charges {(costs['target'] + best_k * costs[best_role]) * 1e3:.1f} ms. "
         + goal_line(rows, costs)
+        + " "
+        + drafting_line(rows)
         + " "
         + SIZES_WHY
         + " Published (SPEC.md 4): 0.66 acceptance, 2.80x "
@@ -424,8 +447,9 @@ SIZES_WHY = (
     "Why these sizes: on this 2-core CPU a batch-1 decoding step of a small model is bound by per-layer dispatch, not"
     " arithmetic, so cost grows with depth and, past ~256 wide, with width (measured here, quiet machine, fp32: a 64 "
     "x 1 draft ~1.1 ms a token, 192 x 8 7.5 ms, 256 x 12 13 ms; this run's target and drafts: above). The target is "
-    "the most expensive one that ~20 minutes of training brings to a non-degenerate loss (512 x 12, 38M parameters, "
-    "~790 tokens/s in bf16 autocast; 768 x 8 would train at ~615), so c falls to ~0.04-0.07 as with a 135M draft "
+    "the most expensive one that ~20 minutes of training brings to a non-degenerate loss on an avx512_bf16 host "
+    "(512 x 12, 38M parameters, ~790 tokens/s in bf16 autocast; 768 x 8 would train at ~615; fp32 on an AVX2-only "
+    "host takes about twice as long), so c falls to ~0.04-0.07 as with a 135M draft "
     "under a 7B target. An earlier run of the same script with a 256 x 12 target (13 ms a token, 1,200 steps) and "
     "drafts 64 x 1 / 128 x 1 reached 1.44x at a = 0.71 (c 0.10-0.13): the per-round cost, not the acceptance, held it"
     " back, hence the larger target. The drafts are one or two layers: depth, not width, is what a draft token costs "
@@ -436,14 +460,33 @@ SIZES_WHY = (
 
 def goal_line(rows, costs) -> str:
     """Whether the 2x goal was met and, per draft and k, the acceptance the bound needs for 2x at the measured c."""
-    met = any(s["speedup"] >= 2.0 and s["identical_outputs"] == s["prompts"] for _, _, s in rows)
+    met = any(s["speedup"] >= 2.0 and s["identical_outputs"] == s["prompts"] for *_, s in rows)
     needs = []
-    for role, k, _ in rows:
+    for role, k in dict.fromkeys((role, k) for role, k, *_ in rows):
         a = acceptance_needed(2.0, k, costs[role] / costs["target"])
         needs.append(f"{role} k={k}: a >= {a:.2f}" if a is not None else f"{role} k={k}: unreachable")
     return (
         f"Goal >= 2x greedy with identical output: **{'met' if met else 'not met'}**. For 2x the bound needs, at "
         "the measured c, " + ", ".join(needs) + "."
+    )
+
+
+def drafting_line(rows) -> str:
+    """Ours vs transformers' candidate generator at each draft and k: the ratio of the median speedups, and of the
+    measured round times."""
+    by_key = {(role, k, generator): summary for role, k, generator, summary in rows}
+    pairs = [(role, k) for role, k, generator, _ in rows if generator == "loop" and (role, k, "generate()") in by_key]
+    if not pairs:
+        return ""
+    parts = []
+    for role, k in pairs:
+        ours, theirs = by_key[(role, k, "loop")], by_key[(role, k, "generate()")]
+        parts.append(f"{role} k={k} {ours['speedup'] / theirs['speedup']:.2f}x ({round_ms(theirs):.1f} -> "
+                     f"{round_ms(ours):.1f} ms a round)")  # fmt: skip
+    return (
+        "Our draft loop against transformers' candidate generator (speedup ratio, round time): "
+        + ", ".join(parts)
+        + "."
     )
 
 

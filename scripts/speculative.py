@@ -55,6 +55,11 @@ class SpeculativeArguments:
     timeout: float = field(default=humaneval.DEFAULT_TIMEOUT, metadata={"help": "Seconds per HumanEval program."})
     execute: bool = field(default=True, metadata={"help": "Score pass@1 in the sandbox (--no-execute skips it)."})
     dtype: str = field(default="float32", metadata={"help": "float32, bfloat16 or float16."})
+    draft_loop: bool = field(
+        default=True,
+        metadata={"help": "Greedy drafts by a plain forward loop (same tokens, no per-round generate() call); "
+                  "--no-draft-loop keeps transformers' candidate generator."},
+    )  # fmt: skip
     output: str | None = field(default=None, metadata={"help": "Write the summaries as JSON here."})
 
     def __post_init__(self):
@@ -84,8 +89,8 @@ def main(argv=None) -> int:
         if args.num_assistant_tokens:
             set_draft_length(draft, args.num_assistant_tokens)
         summaries = [
-            run_mode(target, draft, tokenizer, prompts, mode, args.max_new_tokens, repeats=args.repeats, pool=pool)
-            .summary()
+            run_mode(target, draft, tokenizer, prompts, mode, args.max_new_tokens, repeats=args.repeats, pool=pool,
+                     draft_loop=args.draft_loop).summary()
             for mode in args.modes
         ]  # fmt: skip
     finally:

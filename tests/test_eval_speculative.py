@@ -139,3 +139,87 @@ def test_bad_inputs_fail_before_any_weights_are_read(pair, tmp_path):
     broken.write_text(json.dumps({"task_id": "x", "prompt": "def f():\n"}) + "\n")
     with pytest.raises(RecipeError, match="missing fields"):
         spec.load_prompts(broken)
+
+
+def _recorded_rounds(target, draft, input_ids, draft_loop, **gen):
+    """Assisted generation (greedy unless `gen` says) with every round's candidate generator class, drafted ids and draft scores."""
+    spec.count_drafts(target, spec.DraftCounts(), draft_loop)
+    build, rounds = target._get_candidate_generator, []
+
+    def recording(*args, **kwargs):
+        generator = build(*args, **kwargs)
+        inner = generator.get_candidates
+
+        def get_candidates(ids, *a, **kw):
+            candidates, scores = inner(ids, *a, **kw)
+            rounds.append((type(generator).__name__, candidates[0, ids.shape[1] :].tolist(), scores))
+            return candidates, scores
+
+        generator.get_candidates = get_candidates
+        return generator
+
+    target._get_candidate_generator = recording
+    with torch.inference_mode():
+        out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), assistant_model=draft,
+                              pad_token_id=0, **{"do_sample": False, **gen})  # fmt: skip
+    return out, rounds
+
+
+@pytest.mark.parametrize(
+    "draft_is_target, gen",
+    [
+        (True, {"max_new_tokens": MAX_NEW, "eos_token_id": None}),  # every draft accepted: the cache only grows
+        (False, {"max_new_tokens": MAX_NEW, "eos_token_id": None}),  # rejections: the cache is cropped each round
+        (False, {"max_new_tokens": MAX_NEW, "repetition_penalty": 1.5, "eos_token_id": None}),  # a processor
+        (False, {"max_new_tokens": MAX_NEW, "min_new_tokens": 6}),  # EOS masked, then allowed and stopped at
+    ],
+)
+def test_draft_loop_drafts_exactly_what_transformers_generator_drafts(pair, draft_is_target, gen):
+    """Our draft loop against transformers' own AssistedCandidateGenerator, round by round: the same drafted ids,
+    the same draft scores, the same final output, which is the target's own greedy output."""
+    target_dir, draft_dir = pair
+    target, draft, tok = spec.load_pair(target_dir, target_dir if draft_is_target else draft_dir)
+    spec.set_draft_length(draft, 4)
+    input_ids = tok(spec.load_prompts(spec.HUMANEVAL, limit=1)[0]["prompt"], return_tensors="pt").input_ids
+    if "min_new_tokens" in gen:  # make EOS the draft's favourite token, so both the masking and the stop are hit
+
+        def favour_eos(module, inputs, logits):
+            return logits.index_add(-1, torch.tensor([tok.eos_token_id]), torch.full_like(logits[..., :1], 1e3))
+
+        draft.lm_head.register_forward_hook(favour_eos)
+    ours, ours_rounds = _recorded_rounds(target, draft, input_ids, True, **gen)
+    theirs, their_rounds = _recorded_rounds(target, draft, input_ids, False, **gen)
+    assert {name for name, _, _ in ours_rounds} == {"DraftLoopCandidateGenerator"}
+    assert {name for name, _, _ in their_rounds} == {"AssistedCandidateGenerator"}
+    assert [ids for _, ids, _ in ours_rounds] == [ids for _, ids, _ in their_rounds]
+    for (_, _, mine), (_, _, reference) in zip(ours_rounds, their_rounds):
+        if reference is None:  # a round with no room left to draft (max_length reached): the parent answers it
+            assert mine is None
+            continue
+        finite = torch.isfinite(reference)
+        assert torch.equal(finite, torch.isfinite(mine))
+        torch.testing.assert_close(mine[finite], reference[finite], rtol=1e-4, atol=1e-4)
+    assert torch.equal(ours, theirs)
+    with torch.inference_mode():
+        alone = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False, pad_token_id=0,
+                                **gen)  # fmt: skip
+    assert torch.equal(ours, alone)
+    if draft_is_target:
+        assert len(ours_rounds) < MAX_NEW // 2 and all(len(ids) == 4 for _, ids, _ in ours_rounds[:-1])
+    if "min_new_tokens" in gen:
+        # the draft's favourite token is masked while fewer than 6 tokens are new, then drafted, and drafting stops
+        assert tok.eos_token_id not in ours_rounds[0][1] and len(ours_rounds[0][1]) == 4
+        assert any(ids and ids[-1] == tok.eos_token_id and len(ids) < 4 for _, ids, _ in ours_rounds[1:])
+
+
+def test_draft_loop_stays_out_where_it_would_change_the_draft(pair):
+    """Sampling and transformers' adaptive confidence stop keep transformers' own generator."""
+    target_dir, draft_dir = pair
+    target, draft, tok = spec.load_pair(target_dir, draft_dir)
+    input_ids = tok("def f(x):", return_tensors="pt").input_ids
+    draft.generation_config.num_assistant_tokens, draft.generation_config.assistant_confidence_threshold = 3, 0.4
+    _, rounds = _recorded_rounds(target, draft, input_ids, True, max_new_tokens=4)
+    assert {name for name, _, _ in rounds} == {"AssistedCandidateGenerator"}
+    spec.set_draft_length(draft, 3)
+    _, rounds = _recorded_rounds(target, draft, input_ids, True, max_new_tokens=4, do_sample=True)
+    assert {name for name, _, _ in rounds} == {"AssistedCandidateGenerator"}

@@ -9,6 +9,9 @@ speedup is the median of the per-repeat speedups (tokens/s with draft / tokens/s
 min and max. Greedy outputs are compared token for token. pass@1 runs each completion's HumanEval check in the
 bubblewrap sandbox (`instella_recipes.evaluation.humaneval`), never in this process.
 
+Greedy drafts come from `DraftLoopCandidateGenerator`: transformers' candidate generator with the draft run as a
+plain forward loop on its cache instead of a `generate()` call every round (same tokens, less per-round overhead).
+
 Vocab mismatch (CodeLlama 32016 vs AMD-Llama 32000): transformers only takes the same-tokenizer path when both
 configs have the same vocab_size, so `pad_draft_vocab` raises the draft's vocab_size to the target's, appends -inf
 logit columns for the extra ids (as the authors did), and maps those ids to the draft's unk id on the way in.
@@ -22,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+from transformers import DynamicCache, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+from transformers.generation.candidate_generator import AssistedCandidateGenerator
 from transformers.utils import logging
 
 from instella_recipes.core import RecipeError, check_model_folder, iter_jsonl
@@ -138,13 +142,68 @@ class DraftCounts:
         return self.accepted / judged if judged else float("nan")
 
 
-def count_drafts(target, counts: DraftCounts) -> None:
+class DraftLoopCandidateGenerator(AssistedCandidateGenerator):
+    """transformers' `AssistedCandidateGenerator` with the draft run as a plain greedy forward loop on its own
+    `DynamicCache`, instead of one `assistant_model.generate()` call per round.
+
+    Our own code because transformers has no lighter path: each `generate()` call re-validates and copies the
+    generation config, rebuilds the logits-processor and stopping-criteria lists and prepares the cache, which costs
+    2-5 ms per round on this CPU, more than the draft's own forwards (a 64 x 1 draft: 0.45 ms a token;
+    benchmarks/results/speculative.md measures both generators side by side). Everything else (cache cropping after a
+    rejection, the number of tokens per round, the target's verification) is the parent's. The draft tokens are the
+    ones `generate()` picks: argmax after the same logits processors, EOS masked before `min_new_tokens`, a stop at
+    EOS. Used only where that is all `generate()` would do (see `draft_loop_applies`)."""
+
+    def _generate_candidates(self, generation_args: dict) -> tuple[torch.LongTensor, torch.Tensor]:
+        sequences = generation_args[self.input_ids_key]
+        cache = self.assistant_kwargs.get("past_key_values")
+        if cache is None:
+            cache = DynamicCache(config=self.assistant_model.config)
+        eos = self.generation_config.eos_token_id
+        eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        step_input, scores = sequences[:, cache.get_seq_length() :], []
+        for step in range(generation_args["max_new_tokens"]):
+            out = self.assistant_model(input_ids=step_input, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            logits = out.logits[:, -1, :].to(dtype=torch.float32)
+            for processor in self.logits_processor:
+                logits = processor(sequences, logits)
+            if eos and step < generation_args["min_new_tokens"]:
+                logits[:, eos] = -float("inf")
+            step_input = logits.argmax(dim=-1, keepdim=True)
+            sequences = torch.cat([sequences, step_input], dim=-1)
+            scores.append(logits)
+            if step_input.item() in eos:
+                break
+        self.assistant_kwargs["past_key_values"] = cache
+        return sequences, torch.stack(scores, dim=1)
+
+
+def draft_loop_applies(generator) -> bool:
+    """Whether `DraftLoopCandidateGenerator` picks exactly the tokens transformers' own generator would: greedy,
+    one decoder-only sequence with no padding, and no confidence early-stop (whose threshold transformers adapts
+    only in its own class)."""
+    mask = generator.assistant_kwargs.get("attention_mask")
+    return (
+        type(generator) is AssistedCandidateGenerator
+        and not generator.generation_config.do_sample
+        and not generator.assistant_generation_config.assistant_confidence_threshold
+        and generator.input_ids_key == "input_ids"
+        and "encoder_outputs" not in generator.assistant_kwargs
+        and (mask is None or (mask.shape[0] == 1 and bool(mask.all())))
+    )
+
+
+def count_drafts(target, counts: DraftCounts, draft_loop: bool = False) -> None:
     """Wrap the candidate generator that `target.generate(assistant_model=...)` builds, so each round adds its
-    drafted tokens (candidate length) and accepted tokens (`num_matches`) to `counts`."""
+    drafted tokens (candidate length) and accepted tokens (`num_matches`) to `counts`; with `draft_loop`, the
+    generator runs its draft as `DraftLoopCandidateGenerator` wherever `draft_loop_applies`."""
     build = type(target)._get_candidate_generator
 
     def counted_generator(*args, **kwargs):
         generator = build(target, *args, **kwargs)
+        if draft_loop and draft_loop_applies(generator):
+            # the subclass only replaces how candidates are drafted; the state built by the parent's __init__ stays
+            generator.__class__ = DraftLoopCandidateGenerator
         get_candidates, update = generator.get_candidates, generator.update_candidate_strategy
         last_drafted = [0]
 
@@ -255,17 +314,29 @@ def timed_generate(model, input_ids, gen_kwargs, seed, draft=None):
 
 
 def run_mode(
-    target, draft, tokenizer, prompts, mode, max_new_tokens, seed=0, gen_overrides=None, repeats=1, pool=None
+    target,
+    draft,
+    tokenizer,
+    prompts,
+    mode,
+    max_new_tokens,
+    seed=0,
+    gen_overrides=None,
+    repeats=1,
+    pool=None,
+    draft_loop=True,
 ) -> ModeResult:
     """One decoding mode over all prompts, with and without the draft: one untimed warm-up generate per path, then
     `repeats` passes over the prompts with the two paths interleaved (order alternating). pass@1 of the first pass's
-    completions is scored in `pool` (a humaneval SandboxPool) when one is given."""
+    completions is scored in `pool` (a humaneval SandboxPool) when one is given. `draft_loop=False` keeps
+    transformers' own candidate generator (the draft's `generate()` every round) where ours would apply."""
     gen_kwargs = generation_kwargs(mode, max_new_tokens, tokenizer.pad_token_id, gen_overrides)
     encoded = [tokenizer(p["prompt"], return_tensors="pt").input_ids for p in prompts]
-    for assistant in (None, draft):  # warm-up, before the counting hook so it counts nothing
+    count_drafts(target, DraftCounts(), draft_loop)  # the warm-up runs the same generator and counts nothing
+    for assistant in (None, draft):
         timed_generate(target, encoded[0], gen_kwargs, seed, draft=assistant)
     result = ModeResult(mode, prompts=len(prompts))
-    count_drafts(target, result.counts)
+    count_drafts(target, result.counts, draft_loop)
     for r in range(repeats):
         totals = {"tokens_base": 0, "seconds_base": 0.0, "tokens_assisted": 0, "seconds_assisted": 0.0}
         for i, input_ids in enumerate(encoded):
