@@ -325,8 +325,9 @@ def speculative_rows(args, device) -> dict:
     spec.set_draft_length(draft, k)
     counts = spec.DraftCounts()
     kwargs = {"max_new_tokens": args.new_tokens, "do_sample": False, "pad_token_id": 0, "eos_token_id": None}
-    spec.timed_generate(target, ids, kwargs, 0), spec.timed_generate(target, ids, kwargs, 0, draft=draft)  # warm-up
-    spec.count_drafts(target, counts)
+    spec.count_drafts(target, spec.DraftCounts(), draft_loop=True)  # the warm-up: same generator, counts nothing
+    spec.timed_generate(target, ids, kwargs, 0), spec.timed_generate(target, ids, kwargs, 0, draft=draft)
+    spec.count_drafts(target, counts, draft_loop=True)  # our draft loop, as scripts/speculative.py runs by default
     plain, plain_s = spec.timed_generate(target, ids, kwargs, 0)
     assisted, assisted_s = spec.timed_generate(target, ids, kwargs, 0, draft=draft)
     info["assisted"] = {"k": k, "identical": bool(torch.equal(plain, assisted)), "acceptance": counts.acceptance_rate,
