@@ -91,10 +91,11 @@ class WindowWriter:
 
     def add(self, flat: np.ndarray) -> None:
         self.tokens_in += len(flat)
-        buf = np.concatenate([self.carry, flat.astype(self.dtype, copy=False)])
+        flat = flat.astype(self.dtype, copy=False)
+        buf = np.concatenate([self.carry, flat]) if len(self.carry) else flat
         n = len(buf) // self.seq_len
         if n:
-            self.handle.write(buf[: n * self.seq_len].tobytes())
+            self.handle.write(np.ascontiguousarray(buf[: n * self.seq_len]).data)  # the array's buffer, not a copy
             self.windows += n
         self.carry = buf[n * self.seq_len :].copy()
 
