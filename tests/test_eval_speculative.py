@@ -142,7 +142,8 @@ def test_bad_inputs_fail_before_any_weights_are_read(pair, tmp_path):
 
 
 def _recorded_rounds(target, draft, input_ids, draft_loop, **gen):
-    """Assisted generation (greedy unless `gen` says) with every round's candidate generator class, drafted ids and draft scores."""
+    """Assisted generation (greedy unless `gen` says) and, per round, the candidate generator's class, the drafted
+    ids and the draft scores."""
     spec.count_drafts(target, spec.DraftCounts(), draft_loop)
     build, rounds = target._get_candidate_generator, []
 
