@@ -147,12 +147,12 @@ class DraftLoopCandidateGenerator(AssistedCandidateGenerator):
     `DynamicCache`, instead of one `assistant_model.generate()` call per round.
 
     Our own code because transformers has no lighter path: each `generate()` call re-validates and copies the
-    generation config, rebuilds the logits-processor and stopping-criteria lists and prepares the cache, which costs
-    2-5 ms per round on this CPU, more than the draft's own forwards (a 64 x 1 draft: 0.45 ms a token;
-    benchmarks/results/speculative.md measures both generators side by side). Everything else (cache cropping after a
-    rejection, the number of tokens per round, the target's verification) is the parent's. The draft tokens are the
-    ones `generate()` picks: argmax after the same logits processors, EOS masked before `min_new_tokens`, a stop at
-    EOS. Used only where that is all `generate()` would do (see `draft_loop_applies`)."""
+    generation config, rebuilds the logits-processor and stopping-criteria lists and prepares the cache every round
+    (on the 2-core CPU up to ~10 ms a round, 1.05-1.16x end to end; benchmarks/results/speculative.md measures both
+    generators side by side). Everything else (cache cropping after a rejection, the number of tokens per round, the
+    target's verification) is the parent's. The draft tokens are the ones `generate()` picks: argmax after the same
+    logits processors, EOS masked before `min_new_tokens`, a stop at EOS. Used only where that is all `generate()`
+    would do (see `draft_loop_applies`)."""
 
     def _generate_candidates(self, generation_args: dict) -> tuple[torch.LongTensor, torch.Tensor]:
         sequences = generation_args[self.input_ids_key]
