@@ -85,12 +85,19 @@ def test_bench_gpu_smoke_runs_every_section(tmp_path, capsys):
     assert "MFU" in report and "Largest micro-batch" in report and "bound at a = 0.66" in report
 
 
-def test_bench_speculative_smoke_trains_and_decodes(capsys):
-    assert bench_speculative.main(["--smoke"]) == 0
+def test_bench_speculative_smoke_trains_and_decodes(tmp_path, capsys):
+    assert bench_speculative.main(["--smoke", "--workdir", str(tmp_path)]) == 0
     report = capsys.readouterr().out
     assert "| target |" in report and "| draft_32x1 |" in report
     row = next(line for line in report.splitlines() if line.startswith("| draft_32x1 (") and " | 2 | " in line)
     assert row.rstrip().endswith("2/2 |")  # greedy output identical with and without the draft, both prompts
+    assert "x (v " in row  # the bound recomputed with the measured verification / step cost
+    assert "Target shapes at random init" in report and "32 x 4: a step" in report
+    # a kept step that is not what was asked (here: another width) is refused before any decoding, not reused
+    config = json.loads((tmp_path / "target" / "config.json").read_text())
+    (tmp_path / "target" / "config.json").write_text(json.dumps(config | {"hidden_size": 48}))
+    with pytest.raises(SystemExit, match="holds a target of size"):
+        bench_speculative.main(["--smoke", "--workdir", str(tmp_path)])
 
 
 def test_stdlib_corpus_is_real_python():

@@ -90,6 +90,8 @@ def test_speedup_bound_matches_hand_computation():
     assert spec.speedup_bound(0.5, 3, 0.1) == pytest.approx(0.9375 / 0.65)
     assert spec.speedup_bound(1.0, 4, 0.0) == 5.0  # every draft accepted, free draft: k + 1 tokens per target pass
     assert spec.speedup_bound(0.0, 8, 0.05) == pytest.approx(1 / 1.4)  # nothing accepted: the draft is pure cost
+    # a verification over k + 1 tokens that costs 1.5 decoding steps: the same tokens for k*c + 1.5
+    assert spec.speedup_bound(0.5, 3, 0.1, verify_cost=1.5) == pytest.approx(0.9375 / (0.5 * 1.8))
 
 
 @pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=str(BWRAP_PROBLEM))

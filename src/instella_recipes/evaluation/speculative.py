@@ -225,13 +225,14 @@ def count_drafts(target, counts: DraftCounts, draft_loop: bool = False) -> None:
     target._get_candidate_generator = counted_generator
 
 
-def speedup_bound(acceptance: float, k: int, cost_ratio: float) -> float:
+def speedup_bound(acceptance: float, k: int, cost_ratio: float, verify_cost: float = 1.0) -> float:
     """Expected speedup of speculative decoding (Leviathan et al. 2023, Theorem 3.8): with per-token acceptance
     probability a, k draft tokens per round and draft/target forward cost ratio c, a round yields
     (1 - a^(k+1)) / (1 - a) tokens for the cost of k*c + 1 target forwards. Assumes i.i.d. acceptance and a target
-    verification as cheap as one decoding step, so it is an estimate, not a ceiling."""
+    verification as cheap as one decoding step, so it is an estimate, not a ceiling. `verify_cost` replaces that
+    1 with a measured verification/step time ratio (a forward over k + 1 new tokens against one over 1)."""
     tokens = k + 1.0 if acceptance >= 1.0 else (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
-    return tokens / (k * cost_ratio + 1.0)
+    return tokens / (k * cost_ratio + verify_cost)
 
 
 # --- running ------------------------------------------------------------------------------------------------------
