@@ -167,7 +167,7 @@ def distillation_set(target, windows: list[list[int]], starts: list[list[int]]) 
     return {"input_ids": sequences, "labels": labels}
 
 
-def decode_seconds_per_token(model, input_ids, tokens: int, repeats: int = 3) -> float:
+def decode_seconds_per_token(model, input_ids, tokens: int, repeats: int = 5) -> float:
     """Median seconds per new token of plain greedy decoding (prefill excluded by differencing two lengths)."""
 
     def run(n):
@@ -509,8 +509,9 @@ SIZES_WHY = (
     "Why these sizes: on this 2-core CPU a batch-1 decoding step of a small model is bound by per-layer dispatch, not"
     " arithmetic, so its cost grows with depth and, past ~256 wide, with width (a 64 x 1 draft is 1-2.6 ms a token "
     "depending on the host's load). The target is 256 x 24 (19M parameters): it costs a decoded token about what the "
-    "512 x 12 (38M) of the previous recorded run did (22.8 ms against 24.3 ms; the random-init probe above times "
-    "both in this run), with half the parameters, so 700 fp32 steps (34 minutes on an AVX2-only EPYC) reach the loss "
+    "512 x 12 (38M) of the previous recorded run did (23-34 ms a token for either, as the shared host's load varies; "
+    "the random-init probe above times both in this run), with half the parameters, so 700 fp32 steps (34 minutes "
+    "on an AVX2-only EPYC) reach the loss "
     "512 x 12 reached in 560 (4.27 against 4.26, 42 minutes). The same 64 x 1 draft, distilled the same way, is "
     "accepted more often under it (a = 0.90 against 0.78), which took the best speedup from 1.75x to 2.58x in the "
     "2026-11-23 runs; a cheaper verification is not the reason (the verification / step ratio v varies run to run: "
