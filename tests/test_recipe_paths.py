@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from instella_recipes.core import looks_like_hub_id
 from instella_recipes.pipeline.graph import load_pipeline
+from instella_recipes.weights import looks_like_hub_id
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted(p for p in (ROOT / "recipes").rglob("*.yaml") if p.name != "pipeline.yaml")

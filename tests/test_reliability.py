@@ -17,8 +17,9 @@ from conftest import tiny_config
 from instella_recipes.scripts.pretrain import main as pretrain_main
 from safetensors.torch import load_file, save_file
 
-from instella_recipes.core import RecipeError, check_model_folder, read_manifest, write_manifest
+from instella_recipes.core import RecipeError, read_manifest, write_manifest
 from instella_recipes.training.checkpoints import find_resume_checkpoint
+from instella_recipes.weights import check_model_folder
 from modeling_instella import InstellaForCausalLM
 from tests.pretrain_utils import prepare_tiny, pretrain_argv
 

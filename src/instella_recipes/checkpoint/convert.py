@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from instella_recipes.checkpoint.safetensors_io import TensorSource, plan_shards, write_shards
 from instella_recipes.core import RecipeError, atomic_output_dir
+from instella_recipes.weights.safetensors_io import TensorSource, plan_shards, write_shards
 from modeling_instella import InstellaConfig
 
 # One-to-one renames: training key pattern -> Hub key pattern ({i} is the layer index).

@@ -19,8 +19,9 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from instella_recipes.checkpoint.safetensors_io import TensorSource, plan_shards, weight_files, write_shards
-from instella_recipes.core import RecipeError, atomic_output_dir, check_model_folder, get_logger, write_manifest
+from instella_recipes.core import RecipeError, atomic_output_dir, get_logger, write_manifest
+from instella_recipes.weights import check_model_folder
+from instella_recipes.weights.safetensors_io import TensorSource, plan_shards, weight_files, write_shards
 
 logger = get_logger(__name__)
 _IGNORED_CONFIG = {"_name_or_path", "transformers_version", "torch_dtype", "dtype", "architectures_version"}

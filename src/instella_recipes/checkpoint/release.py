@@ -23,18 +23,15 @@ from instella_recipes.core import (
     MANIFEST,
     RecipeError,
     atomic_output_dir,
-    check_model_folder,
     check_output_dir,
-    check_tokenizer_folder,
     file_digest,
     get_logger,
-    load_pretrained,
     read_manifest,
     write_manifest,
 )
 from instella_recipes.pipeline.results import read_eval_results
-
-from .safetensors_io import index_single_file
+from instella_recipes.weights import check_model_folder, check_tokenizer_folder, load_pretrained
+from instella_recipes.weights.safetensors_io import index_single_file
 
 logger = get_logger(__name__)
 
@@ -258,8 +255,7 @@ def load_for_release(args: ReleaseArguments):
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
-
-    from .safetensors_io import check_model_finite
+    from instella_recipes.weights.safetensors_io import check_model_finite
 
     dtype = "auto" if args.dtype == "auto" else getattr(torch, args.dtype)
     model = load_pretrained(AutoModelForCausalLM.from_pretrained, args.model_dir, "model_dir", dtype=dtype)

@@ -85,7 +85,7 @@ def load_config(config_path: str | Path):
 def check_matches_model(metadata: Metadata, config, model_key: str | None = None) -> None:
     """Raise a `RecipeError` naming the differences if the checkpoint's model (and optimizer) entries do not fit the
     model `config` describes: missing or unexpected parameter names, different shapes."""
-    from instella_recipes.training.flops import build_meta_model
+    from instella_recipes.weights import build_meta_model
 
     expected = {name: tensor.shape for name, tensor in build_meta_model(config).state_dict().items()}
     found = model_entries(metadata, model_key)
@@ -198,7 +198,7 @@ def export_hf(
     `AutoModelForCausalLM.from_pretrained(destination)` loads. Single process; the whole model must fit in memory."""
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
-    from instella_recipes.training.flops import build_meta_model
+    from instella_recipes.weights import build_meta_model
 
     source, destination = Path(source), Path(destination)
     metadata = read_metadata(source)

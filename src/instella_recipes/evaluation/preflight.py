@@ -8,8 +8,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from instella_recipes.core import RecipeError, check_model_folder, did_you_mean
+from instella_recipes.core import RecipeError, did_you_mean
 from instella_recipes.core.paths import TASKS_DIR
+from instella_recipes.weights import check_model_folder
 
 CHAT_SUITES = ("instella_instruct",)  # run with the model's chat template (and nothing else in the same run)
 

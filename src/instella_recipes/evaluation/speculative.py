@@ -29,8 +29,9 @@ from transformers import DynamicCache, LogitsProcessorList, TemperatureLogitsWar
 from transformers.generation.candidate_generator import AssistedCandidateGenerator
 from transformers.utils import logging
 
-from instella_recipes.core import RecipeError, check_model_folder, iter_jsonl
+from instella_recipes.core import RecipeError, iter_jsonl
 from instella_recipes.evaluation import humaneval
+from instella_recipes.weights import check_model_folder
 
 logger = logging.get_logger(__name__)
 

@@ -13,17 +13,13 @@ from transformers import AutoModelForCausalLM
 from trl import get_peft_config
 
 import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
-from instella_recipes.checkpoint.safetensors_io import check_model_finite
 from instella_recipes.core import (
-    check_model_folder,
     check_output_dir,
     check_range,
-    check_tokenizer_folder,
     check_training_length,
     claim_output_dir,
     file_digest,
     get_logger,
-    load_pretrained,
     naming_write_failures,
     read_manifest,
     resolved_arguments,
@@ -34,6 +30,8 @@ from instella_recipes.training.callbacks import PreemptionCallback
 from instella_recipes.training.checkpoints import find_resume_checkpoint
 from instella_recipes.training.checks import check_global_batch, check_tokenizer_fits
 from instella_recipes.training.optim import check_schedule_kwargs
+from instella_recipes.weights import check_model_folder, check_tokenizer_folder, load_pretrained
+from instella_recipes.weights.safetensors_io import check_model_finite
 
 from .checks import OVERLONG_POLICIES
 from .converters import MMLU_DATA_SEED

@@ -37,12 +37,12 @@ from instella_recipes.core import RecipeError
 from instella_recipes.training.flops import (
     PEAK_FLOPS,
     ParamCounts,
-    build_meta_model,
     count_params_from_config,
     flops_per_token,
     human_count,
     moe_shape,
 )
+from instella_recipes.weights import build_meta_model
 
 GPU_MEMORY_GB = {"MI300X": 192, "H100": 80, "H200": 141}
 ALIGNMENTS = (64, 128, 256)

@@ -33,8 +33,8 @@ def complete_checkpoints(output_dir: str | Path) -> list[Path]:
 
 def damage(checkpoint: Path) -> str | None:
     """Why a complete-looking checkpoint cannot be resumed from (an unreadable safetensors file), or None."""
-    from instella_recipes.checkpoint.safetensors_io import check_readable
     from instella_recipes.core import RecipeError
+    from instella_recipes.weights.safetensors_io import check_readable
 
     try:
         check_readable(checkpoint)

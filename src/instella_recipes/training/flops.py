@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-import torch
+from instella_recipes.weights import build_meta_model
 
 # Dense bf16 peak (no sparsity), TFLOP/s -> FLOP/s. Vendor data sheets: H100 SXM / H200 SXM 989.4, MI300X 1307.4.
 PEAK_FLOPS = {"MI300X": 1307e12, "H100": 989e12, "H200": 989e12}
@@ -35,14 +35,6 @@ class ParamCounts:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def build_meta_model(config):
-    """The model for `config` with parameters on the meta device: shapes only, no memory, no init cost."""
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config)
 
 
 def _is_routed_expert(module) -> bool:

@@ -4,9 +4,9 @@ that turns a model that does not build from its own files into one clear line.""
 import re
 from pathlib import Path
 
-from .errors import RecipeError
-from .io import check_path_length
-from .manifest import read_manifest, verify_files
+from instella_recipes.core import RecipeError, check_path_length, read_manifest, verify_files
+
+from .safetensors_io import check_readable
 
 # Any one of these makes a folder loadable with AutoTokenizer (a fast tokenizer, its config, or a slow one's vocab).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -40,8 +40,6 @@ def check_model_folder(path: str | Path | None, what: str = "model folder", allo
     manifest = read_manifest(path)
     if manifest is not None:  # a stage output: its files as the stage wrote them
         verify_files(path, manifest, what)
-    from instella_recipes.checkpoint.safetensors_io import check_readable  # torch: only once a folder is checked
-
     check_readable(path)
     return path
 
