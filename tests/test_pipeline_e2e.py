@@ -12,7 +12,7 @@ from instella_recipes.scripts.pipeline import main
 from safetensors.torch import load_file
 
 import modeling_instella  # noqa: F401  (registers "instella")
-from instella_recipes.pipeline.results import read_eval_results
+from instella_recipes.evaluation.results import read_eval_results
 
 # Smaller than the demo: hidden 64, 2 layers, fewer problems (so the 24 capital questions weigh more in SFT).
 SMALL = {

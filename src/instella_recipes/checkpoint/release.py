@@ -29,7 +29,7 @@ from instella_recipes.core import (
     read_manifest,
     write_manifest,
 )
-from instella_recipes.pipeline.results import read_eval_results
+from instella_recipes.evaluation.results import read_eval_results
 from instella_recipes.weights import check_model_folder, check_tokenizer_folder, load_pretrained
 from instella_recipes.weights.safetensors_io import index_single_file
 

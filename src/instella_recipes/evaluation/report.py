@@ -12,8 +12,8 @@ import yaml
 from instella_recipes.core import RecipeError
 from instella_recipes.core.paths import PUBLISHED_DIR
 from instella_recipes.evaluation.olmes_settings import CAVEATS
+from instella_recipes.evaluation.results import eval_result_files
 from instella_recipes.evaluation.tasks import SUITES, TINY_WORLD_METRICS
-from instella_recipes.pipeline.results import eval_result_files
 
 
 def load_published(suite: str) -> dict:

@@ -21,13 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from instella_recipes.core import RecipeError, atomic_write_text  # noqa: E402
+from instella_recipes.evaluation.results import loss_history, read_eval_results, speculative_results, trainer_state
 from instella_recipes.pipeline.health import health_section  # noqa: E402
-from instella_recipes.pipeline.results import (  # noqa: E402
-    loss_history,
-    read_eval_results,
-    speculative_results,
-    trainer_state,
-)
 
 LOSS_LABELS = {"dpo": "DPO loss (sigmoid, length-normalised)", "sft": "cross-entropy on assistant tokens"}
 
