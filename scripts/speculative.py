@@ -39,7 +39,7 @@ from instella_recipes.evaluation.speculative import (  # noqa: F401 - re-exporte
     run_mode,
     set_draft_length,
 )
-from instella_recipes.synthetic_gsm8k.sandbox import SandboxPool, SandboxUnavailable
+from instella_recipes.sandbox import SandboxPool, SandboxUnavailable
 
 MODES = ("greedy", "sampled")
 DTYPES = ("float32", "bfloat16", "float16")

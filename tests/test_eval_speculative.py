@@ -97,7 +97,7 @@ def test_speedup_bound_matches_hand_computation():
 @pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=str(BWRAP_PROBLEM))
 def test_pass_at_1_runs_in_the_sandbox(pair, tmp_path):
     from instella_recipes.evaluation import humaneval
-    from instella_recipes.synthetic_gsm8k.sandbox import SandboxPool
+    from instella_recipes.sandbox import SandboxPool
 
     target_dir, draft_dir = pair
     target, draft, tok = spec.load_pair(target_dir, draft_dir)

@@ -8,7 +8,7 @@ from importlib import resources
 import pytest
 
 from instella_recipes.evaluation import humaneval
-from instella_recipes.synthetic_gsm8k.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
+from instella_recipes.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
 from tests.synthetic_fakes import BWRAP_PROBLEM
 
 needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=str(BWRAP_PROBLEM))

@@ -12,13 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from instella_recipes.synthetic_gsm8k.sandbox import (
-    SandboxConfig,
-    SandboxPool,
-    SandboxUnavailable,
-    check_sandbox,
-    unbounded_loop,
-)
+from instella_recipes.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable, check_sandbox, unbounded_loop
 from tests.synthetic_fakes import BWRAP_PROBLEM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -284,7 +278,7 @@ def test_unbounded_loop_detection():
 NOBODY_SCRIPT = """
 import json, sys
 sys.path.insert(0, sys.argv[1] + "/src")
-from instella_recipes.synthetic_gsm8k.sandbox import SandboxConfig, SandboxPool
+from instella_recipes.sandbox import SandboxConfig, SandboxPool
 forgers = json.loads(sys.argv[2])
 programs = [
     "def answer(a):\\n    return a * 2\\n",
@@ -387,7 +381,7 @@ def test_concurrent_runs_never_share_a_program_uid():
 
 HOLDER = """
 import sys, time
-from instella_recipes.synthetic_gsm8k.uids import UidLease
+from instella_recipes.sandbox.uids import UidLease
 lease = UidLease(int(sys.argv[1]), 4, lock_dir=sys.argv[2])
 print(lease.block, lease.uids[0], flush=True)
 time.sleep(120)
@@ -398,7 +392,7 @@ def test_a_uid_lease_is_exclusive_and_freed_when_its_holder_is_killed(tmp_path):
     import subprocess
     import sys
 
-    from instella_recipes.synthetic_gsm8k.uids import UID_BLOCK, UidLease, UidsUnavailable
+    from instella_recipes.sandbox.uids import UID_BLOCK, UidLease, UidsUnavailable
 
     base = 1_900_000_000
     holder = subprocess.Popen(
@@ -429,7 +423,7 @@ def test_a_uid_lease_is_exclusive_and_freed_when_its_holder_is_killed(tmp_path):
 def test_the_verdict_counts_only_a_whole_run_in_the_harness_own_records():
     """The worker's side of the verdict, record by record: one record per call in the harness's shapes, a fatal
     record last, nothing else; exit status 0. Anything else fails every call of the run."""
-    from instella_recipes.synthetic_gsm8k.sandbox_worker import _reply, parse_records
+    from instella_recipes.sandbox.worker import _reply, parse_records
 
     ok, bad = b'{"ok": true, "value": 2}\n', b'{"ok": false, "reason": "exception", "detail": "E"}\n'
     fatal = b'{"fatal_reason": "syntax_error", "detail": "x"}\n'

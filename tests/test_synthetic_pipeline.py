@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from instella_recipes.core import RecipeError
-from instella_recipes.synthetic_gsm8k import sandbox as sandbox_module
+from instella_recipes.sandbox import pool as sandbox_module
 from instella_recipes.synthetic_gsm8k.parsing import extract_code
 from instella_recipes.synthetic_gsm8k.run import SyntheticArgs, run
 from tests.synthetic_fakes import BWRAP_PROBLEM, ROOT, SEEDS, TABLE, OracleServer, ScriptedBackend, compute

@@ -9,10 +9,10 @@ Isolation is the kernel's, set up by bubblewrap (Debian package `bubblewrap`), n
 - all capabilities dropped except the four the worker needs to drop each program to its own unprivileged uid (uids
   leased per run, `uids.py`: two runs on a host never share one), and no_new_privs (set by bubblewrap), so no
   setuid binary or file capability can give any back,
-- per program (in `sandbox_worker.py`): a forked child with rlimits on address space, CPU time, processes,
+- per program (in `worker.py`): a forked child with rlimits on address space, CPU time, processes,
   file size and open files, a wall-clock limit, an output cap, and its process group killed at the end.
 
-The verdict cannot be forged by the program (see sandbox_worker.py): the host's pipes to a worker are held only by
+The verdict cannot be forged by the program (see worker.py): the host's pipes to a worker are held only by
 that worker, which no program can open through /proc, ptrace or signal (another uid as root; not dumpable and
 its namespace's init otherwise), and each reply must carry the id of its request. Inside, what the program's process
 writes on its result pipe counts only if the run ended the harness's way with exactly one record per call; a program
@@ -46,7 +46,7 @@ from pathlib import Path
 
 from .uids import UID_BLOCK, UidLease, UidsUnavailable
 
-WORKER = Path(__file__).with_name("sandbox_worker.py")
+WORKER = Path(__file__).with_name("worker.py")
 MODES = ("bwrap", "rlimits-only")
 # Dedicated unprivileged uids for programs when the pipeline runs as root: one per worker, leased per run from this
 # base up (uids.py), so the per-uid process limit and the kill-everything-of-this-uid sweep only ever concern that
@@ -86,7 +86,7 @@ class SandboxConfig:
 
 @dataclass
 class ProgramResult:
-    """One call of `answer(**params)`: `value` when ok, else a named `reason` (see sandbox_worker)."""
+    """One call of `answer(**params)`: `value` when ok, else a named `reason` (see worker.py)."""
 
     ok: bool
     value: float | int | None = None
@@ -164,7 +164,7 @@ def _bwrap_args(bwrap: str, exe: str, roots: list[str], config: SandboxConfig, a
 
 
 class _Worker:
-    """One warm worker process (a bubblewrap sandbox running sandbox_worker.py)."""
+    """One warm worker process (a bubblewrap sandbox running worker.py)."""
 
     def __init__(self, command: list[str], timeout: float, index: int, pass_fds: tuple[int, ...] = ()):
         self.command, self.index = command, index
@@ -349,11 +349,7 @@ def check_sandbox(config: SandboxConfig) -> None:
         raise SandboxUnavailable(f"the sandbox runs but a trivial program failed: {report}")
 
 
-def _main() -> None:  # python -m instella_recipes.synthetic_gsm8k.sandbox: a quick self-check
+def main() -> None:  # python -m instella_recipes.sandbox: a quick self-check
     start = time.perf_counter()
     check_sandbox(SandboxConfig())
     print(f"sandbox ok ({time.perf_counter() - start:.2f}s)")
-
-
-if __name__ == "__main__":
-    _main()

@@ -1,5 +1,5 @@
 """The process that runs untrusted programs, inside the sandbox. Standard library only: it is started as
-`python -I -S sandbox_worker.py '<limits json>'` inside bubblewrap (or bare, in the weaker `rlimits-only` mode).
+`python -I -S worker.py '<limits json>'` inside bubblewrap (or bare, in the weaker `rlimits-only` mode).
 
 Protocol on stdin/stdout: one JSON request per line `{"id", "source", "calls": [{param: value}, ...]}`, one JSON
 reply per line `{"id", "reason", "detail", "results": [{"ok", "value" | "reason", "detail"}, ...], "output"}`.

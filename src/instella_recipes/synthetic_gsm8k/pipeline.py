@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
+from instella_recipes.sandbox import SandboxPool, program_hash, unbounded_loop
+
 from .backends import Backend, Request, failure_text
 from .journal import Journal
 from .parsing import (
@@ -41,7 +43,6 @@ from .parsing import (
     rewritten_ok,
     substitute,
 )
-from .sandbox import SandboxPool, program_hash, unbounded_loop
 
 
 @dataclass

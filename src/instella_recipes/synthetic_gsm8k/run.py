@@ -26,13 +26,13 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from instella_recipes.core import RecipeError, atomic_file, atomic_write_text
+from instella_recipes.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
+from instella_recipes.sandbox.uids import UID_BLOCK
 
 from .backends import Backend, make_backend
 from .journal import Journal
 from .parsing import Rejected, parse_seed
 from .pipeline import Generator, SeedState, Settings, replay, samples
-from .sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
-from .uids import UID_BLOCK
 
 STAGE = "synthetic_gsm8k"
 
