@@ -11,7 +11,7 @@ and optimizer state (Adam moments per parameter, `step`, param_groups) are carri
 kept as they are. The nested structure of the state dict is restored from the metadata's planner data, so the result
 loads with the same `{"model": ..., "optim": ...}` keys as the original.
 
-The HF export reads the model entries in one process (`_load_state_dict_from_keys`, no process group), checks them
+The HF export reads the model entries in one process (`dcp.load(..., no_dist=True)`), checks them
 against the model that `config.json` describes (names and shapes: a mismatch is a clear error before anything is
 written), and writes `save_pretrained` output (safetensors + config) beside the destination, renaming it into place.
 """
@@ -174,6 +174,7 @@ def reshard(
     # Without a process group DCP runs single-process by itself (one writer).
     kwargs = {"process_group": group} if distributed else {}
     dcp.load(target, checkpoint_id=str(source), **kwargs)
+    # private: no public DCP function nests a flat state dict by `planner_data` (canary: tests/test_private_apis.py)
     nested = unflatten_state_dict(target, metadata.planner_data) if metadata.planner_data else target
     dcp.save(nested, checkpoint_id=str(partial), **kwargs)
     if distributed:
@@ -196,8 +197,6 @@ def export_hf(
 ) -> Path:
     """Write the model part of DCP checkpoint `source` as a Hugging Face folder (safetensors + config.json) that
     `AutoModelForCausalLM.from_pretrained(destination)` loads. Single process; the whole model must fit in memory."""
-    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
-
     from instella_recipes.weights import build_meta_model
 
     source, destination = Path(source), Path(destination)
@@ -207,9 +206,12 @@ def export_hf(
     if destination.exists() and not overwrite:
         raise RecipeError(f"{destination} already exists: choose a new output directory or pass --overwrite")
     prefix = _model_prefix(metadata, model_key)
-    names = list(model_entries(metadata, model_key))
-    loaded = _load_state_dict_from_keys({prefix + name for name in names}, checkpoint_id=str(source))
-    state = loaded[prefix[:-1]] if prefix else loaded
+    stored = metadata.state_dict_metadata
+    state = {
+        name: torch.empty(size, dtype=stored[prefix + name].properties.dtype)
+        for name, size in model_entries(metadata, model_key).items()
+    }  # filled in place by DCP, read by their flat keys in the checkpoint (`<model_key>.<name>`), in this process only
+    dcp.load({prefix + name: tensor for name, tensor in state.items()}, checkpoint_id=str(source), no_dist=True)
     if dtype:
         state = {k: v.to(getattr(torch, dtype)) for k, v in state.items()}
     model = build_meta_model(config)
