@@ -51,6 +51,7 @@ class InstellaDPOTrainer(InstellaOptimMixin, DPOTrainer):
             )
         super().__init__(*args, data_collator=data_collator, **kwargs)
 
+    # private: DPOTrainer's only hook to skip its own tokenisation [test_private_apis]
     def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
         """The rows are tokenized and checked already (TRL's preparation would score only the last turn)."""
         missing = set(SCORED_COLUMNS) - set(dataset.column_names)
@@ -58,6 +59,7 @@ class InstellaDPOTrainer(InstellaOptimMixin, DPOTrainer):
             raise ValueError(f"the {dataset_name} dataset lacks {sorted(missing)}: build it with prepare_dpo_dataset")
         return dataset
 
+    # private: the Trainer's only hook for the columns `remove_unused_columns` keeps [test_private_apis]
     def _set_signature_columns_if_needed(self):
         """The columns the collator reads (the Trainer drops the others when `remove_unused_columns`)."""
         if self._signature_columns is None:

@@ -14,12 +14,12 @@ import yaml
 from instella_recipes.scripts import evaluate
 from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
-from lm_eval.tasks._yaml_loader import load_yaml
 
 from instella_recipes.core import RecipeError
 from instella_recipes.evaluation import preflight as run
 from instella_recipes.evaluation import report
 from instella_recipes.evaluation import tasks as make_tasks
+from instella_recipes.evaluation.olmes_settings import upstream_task_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "eval" / "tasks"
@@ -55,8 +55,8 @@ def _logic(cfg: dict) -> dict:
 @pytest.mark.parametrize("name", sorted(make_tasks.OFFLINE_TASKS))
 def test_offline_task_is_the_upstream_task_with_only_the_data_source_changed(name):
     spec = make_tasks.OFFLINE_TASKS[name]
-    ours = load_yaml(OFFLINE / f"{name}_offline.yaml", resolve_func=False)
-    upstream = load_yaml(make_tasks.UPSTREAM_DIR / spec.upstream_yaml, resolve_func=False)
+    ours = upstream_task_config(OFFLINE / f"{name}_offline.yaml")
+    upstream = upstream_task_config(make_tasks.UPSTREAM_DIR / spec.upstream_yaml)
     assert _logic(ours) == _logic(upstream)
     assert ours["dataset_path"] == "json" and ours["custom_dataset"] == str(OFFLINE / "_data.load")
     for path in ours["dataset_kwargs"]["data_files"].values():
@@ -68,9 +68,9 @@ def test_suites_use_the_published_settings():
     settings the authors ran (eval/tasks/olmes), offline twins differing only in the data."""
     upstream_names = {}
     for spec in make_tasks.OFFLINE_TASKS.values():
-        upstream_names[load_yaml(make_tasks.UPSTREAM_DIR / spec.upstream_yaml, resolve_func=False)["task"]] = spec
+        upstream_names[upstream_task_config(make_tasks.UPSTREAM_DIR / spec.upstream_yaml)["task"]] = spec
     for group, path in make_tasks.UPSTREAM_GROUPS.items():
-        assert load_yaml(make_tasks.UPSTREAM_DIR / path, resolve_func=False)["group"] == group
+        assert upstream_task_config(make_tasks.UPSTREAM_DIR / path)["group"] == group
     olmes_names = {p.stem for p in (TASKS / "olmes").glob("*.yaml")}
     for suite, members in make_tasks.SUITES.items():
         cfg = yaml.safe_load((TASKS / f"{suite}.yaml").read_text())

@@ -174,7 +174,7 @@ def reshard(
     # Without a process group DCP runs single-process by itself (one writer).
     kwargs = {"process_group": group} if distributed else {}
     dcp.load(target, checkpoint_id=str(source), **kwargs)
-    # private: no public DCP function nests a flat state dict by `planner_data` (canary: tests/test_private_apis.py)
+    # private: no public DCP function nests a flat state dict by `planner_data` [test_private_apis]
     nested = unflatten_state_dict(target, metadata.planner_data) if metadata.planner_data else target
     dcp.save(nested, checkpoint_id=str(partial), **kwargs)
     if distributed:

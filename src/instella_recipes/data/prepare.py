@@ -287,6 +287,7 @@ def _in_memory(args, specs, loaded, tokenize, writer, num_proc) -> dict:
     order = np.concatenate(parts)
     rng.shuffle(order)
     combined = datasets.concatenate_datasets(tokenized)
+    # private: datasets has no public "has an indices mapping" query [test_private_apis]
     if combined._indices is not None:  # only then does the Arrow table differ from the rows (a copy otherwise)
         combined = combined.flatten_indices()
     with tqdm(total=len(order), desc="packing", unit="doc") as bar:

@@ -61,12 +61,10 @@ def split_tasks(names: list[str]):
 def _needs_hub(manager, name: str) -> bool:
     """Whether one of our tasks or groups reads a Hub dataset: a task without shipped data (`custom_dataset`), or a
     group with such a member or one that exists only in lm-eval's own index (the online suites)."""
-    from lm_eval.tasks._yaml_loader import load_yaml
-
     entry = manager.task_index[name]
     if entry.yaml_path is None:
         return False
-    cfg = load_yaml(entry.yaml_path, resolve_func=False)
+    cfg = entry.cfg  # the YAML as the index read it (includes merged, functions unresolved)
     if "group" not in cfg:
         return "custom_dataset" not in cfg
     members = cfg.get("task")

@@ -183,6 +183,7 @@ class DraftLoopCandidateGenerator(AssistedCandidateGenerator):
     logits processors, EOS masked before `min_new_tokens`, a stop at EOS. Used only where that is all `generate()`
     would do (see `draft_loop_applies`)."""
 
+    # private: the step `get_candidates` delegates the draft to; no public hook replaces only it [test_private_apis]
     def _generate_candidates(self, generation_args: dict) -> tuple[torch.LongTensor, torch.Tensor]:
         sequences = generation_args[self.input_ids_key]
         cache = self.assistant_kwargs.get("past_key_values")
@@ -226,12 +227,14 @@ def count_drafts(target, counts: DraftCounts, draft_loop: bool = False) -> None:
     """Wrap the candidate generator that `target.generate(assistant_model=...)` builds, so each round adds its
     drafted tokens (candidate length) and accepted tokens (`num_matches`) to `counts`; with `draft_loop`, the
     generator runs its draft as `DraftLoopCandidateGenerator` wherever `draft_loop_applies`."""
+    # private: generate() builds its candidate generator here; no public argument hands it one [test_private_apis]
     build = type(target)._get_candidate_generator
 
     def counted_generator(*args, **kwargs):
         generator = build(target, *args, **kwargs)
         if draft_loop and draft_loop_applies(generator):
             # the subclass only replaces how candidates are drafted; the state built by the parent's __init__ stays
+            # (re-running __init__ on the same arguments would redo the parent's set-up, so the class is swapped)
             generator.__class__ = DraftLoopCandidateGenerator
         get_candidates, update = generator.get_candidates, generator.update_candidate_strategy
         last_drafted = [0]

@@ -123,6 +123,7 @@ def unbounded_loop(source: str) -> bool:
 
 def _python() -> tuple[str, list[str]]:
     """The real interpreter (not a venv shim) and the read-only roots programs may read: the standard library."""
+    # private: the interpreter a venv's python points at; sys has no public name for it [test_private_apis]
     exe = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
     roots = {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
     base = getattr(sys, "base_prefix", sys.prefix)

@@ -107,6 +107,7 @@ class InstellaOptimMixin:
                 warmup_start_factor=float(kwargs.get("warmup_start_factor", 0.1)),
                 step_offset=float(kwargs.get("lr_step_offset", OLMO_STEP_OFFSET)),
             )
+            # private: the Trainer rebuilds a scheduler it made on the next train(); no public flag [test_private_apis]
             self._created_lr_scheduler = True
             return self.lr_scheduler
         return super().create_scheduler(num_training_steps, optimizer)

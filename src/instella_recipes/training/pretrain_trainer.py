@@ -54,6 +54,7 @@ def apply_collective_timeout(seconds: int) -> None:
     `ddp_timeout` to `init_process_group` only when not on CPU, so a gloo run kept torch's 30-minute default and a
     lost or hung rank held the others that long; torchtitan sets its timeouts the same way after start-up."""
     if dist.is_available() and dist.is_initialized():
+        # private: torch has no public setter for a live group's timeout (only init_process_group) [test_private_apis]
         from torch.distributed.distributed_c10d import _set_pg_timeout
 
         _set_pg_timeout(timedelta(seconds=seconds))
@@ -71,6 +72,7 @@ class PretrainTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, Trainer):
         self.train_sampler = train_sampler
         super().__init__(*args, **kwargs)
         if loss_normalizer == "input_tokens":
+            # private: the Trainer's only switch for counting input (not shifted label) tokens [test_private_apis]
             if not hasattr(self, "_loss_shifts_labels"):  # a transformers that counts the loss's tokens otherwise
                 raise RuntimeError("loss_normalizer input_tokens needs transformers' Trainer._loss_shifts_labels")
             self._loss_shifts_labels = False
@@ -80,6 +82,7 @@ class PretrainTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, Trainer):
         self.nonfinite_streak = 0
         self._skip_update = False
 
+    # private: the Trainer's only hook for the columns `remove_unused_columns` keeps [test_private_apis]
     def _set_signature_columns_if_needed(self):
         """Keep `shift_labels` (PackedWindows' `predict_all_positions` rows): the model's forward takes it through
         `**kwargs` into transformers' causal-LM loss, so it is not among the forward's named parameters."""
@@ -101,6 +104,7 @@ class PretrainTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, Trainer):
             self.optimizer_state_from = None
         return super().create_scheduler(num_training_steps, optimizer)
 
+    # private: the Trainer takes no sampler argument; this is where it builds one [test_private_apis]
     def _get_train_sampler(self, train_dataset=None):
         """The sampler given at construction, else the Trainer's own. `OLMoOrderSampler` is no `RandomSampler`, so
         accelerate keeps it as it is (no seedable replacement) and only shards its batches across processes, which
@@ -124,6 +128,7 @@ class PretrainTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, Trainer):
             optimizer._skips_nonfinite = True
         return optimizer
 
+    # private: the only place the norm is known before optimizer.step(); callbacks see it after [test_private_apis]
     def _get_grad_norm(self, model, grad_norm=None):
         grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
         value = float(grad_norm) if grad_norm is not None else 0.0
@@ -137,6 +142,7 @@ class PretrainTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, Trainer):
         return grad_norm
 
     # --- atomic checkpoints -------------------------------------------------------------------------------------
+    # private: each checkpoint the Trainer writes (periodic, final, JIT) goes here; no public hook [test_private_apis]
     def _save_checkpoint(self, model, trial) -> None:
         final_root = self.args.output_dir
         staging_root = os.path.join(final_root, STAGING)
