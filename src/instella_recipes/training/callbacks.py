@@ -38,7 +38,14 @@ class PreemptionCallback(TrainerCallback):
     `install()` (the entry point calls it first, `restore()` last) catches the signals for the whole run, not only
     the training loop: one arriving during start-up makes the run stop before it writes anything, one arriving
     during the final save lets the save finish; either way the process exits 0 in a consistent state. A request
-    that arrived before, while the entry point was still importing (`stop_requests.catch_stop_requests`), counts."""
+    that arrived before, while the entry point was still importing (`stop_requests.catch_stop_requests`), counts.
+
+    Why not transformers' `TrainingArguments(enable_jit_checkpoint=True)` (read in transformers 5.23,
+    `trainer_jit_checkpoint.py`): it catches SIGTERM only (Slurm's `--signal=USR1@120` sends SIGUSR1), from Trainer
+    construction on (a signal during imports or data loading kills the run), and each rank acts on its own signal
+    after a 3 s timer thread, so ranks that get it at different steps enter the checkpoint's collectives at different
+    steps and hang; it may save in `on_pre_optimizer_step` (a step's gradients computed, not applied). Here every
+    rank agrees through one all-reduce at the same step end, and the save is the Trainer's ordinary one."""
 
     def __init__(self, signals=STOP_SIGNALS):
         self.requested = False
