@@ -44,7 +44,7 @@ class PreemptionCallback(TrainerCallback):
     `trainer_jit_checkpoint.py`): it catches SIGTERM only (Slurm's `--signal=USR1@120` sends SIGUSR1), from Trainer
     construction on (a signal during imports or data loading kills the run), and each rank acts on its own signal
     after a 3 s timer thread, so ranks that get it at different steps enter the checkpoint's collectives at different
-    steps and hang; it may save in `on_pre_optimizer_step` (a step's gradients computed, not applied). Here every
+    steps and can hang; it may save in `on_pre_optimizer_step` (a step's gradients computed, not applied). Here every
     rank agrees through one all-reduce at the same step end, and the save is the Trainer's ordinary one."""
 
     def __init__(self, signals=STOP_SIGNALS):
