@@ -17,6 +17,8 @@ import torch
 import transformers
 import trl
 
+from tests.conftest import tiny_config
+
 
 def _params(fn) -> list[str]:
     return list(inspect.signature(fn).parameters)
@@ -181,7 +183,7 @@ def test_assisted_generation_builds_its_generator_in_get_candidate_generator():
 def test_attention_implementation_check_is_the_one_our_model_overrides():
     from transformers import PreTrainedModel
 
-    from modeling_instella import InstellaConfig, InstellaForCausalLM
+    from modeling_instella import InstellaForCausalLM
 
     users = "modeling_instella InstellaPreTrainedModel._check_and_adjust_attn_implementation"
     params = _params(PreTrainedModel._check_and_adjust_attn_implementation)
@@ -191,15 +193,7 @@ def test_attention_implementation_check_is_the_one_our_model_overrides():
         "PreTrainedModel._check_and_adjust_attn_implementation(attn_implementation, is_init_check, ...)",
         users,
     )
-    config = InstellaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-    )
-    model = InstellaForCausalLM(config)
+    model = InstellaForCausalLM(tiny_config())
     seen = []
     original = InstellaForCausalLM._check_and_adjust_attn_implementation
 
