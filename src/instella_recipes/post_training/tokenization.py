@@ -18,6 +18,15 @@ from .preference import score_conversations
 from .template import IGNORE_INDEX, tokenize_conversations
 
 
+def _map_and_count(dataset: Dataset, process, stage: str, num_proc: int | None, desc: str):
+    """Run the batched `process` (it returns the new columns and a `_status` per row), count the statuses in a
+    `DataReport`, keep the rows that may be trained on."""
+    processed = dataset.map(process, batched=True, remove_columns=dataset.column_names, num_proc=num_proc, desc=desc)
+    report = DataReport(stage, len(processed), Counter(processed["_status"]))
+    kept = processed.filter(lambda s: s in (OK, TRUNCATED), input_columns="_status", num_proc=num_proc)
+    return kept.remove_columns("_status"), report
+
+
 def prepare_sft_dataset(
     dataset: Dataset, tokenizer, max_length: int | None, overlong: str = "truncate", num_proc: int | None = None
 ) -> tuple[Dataset, DataReport]:
@@ -54,12 +63,7 @@ def prepare_sft_dataset(
             out["_status"].append(status)
         return out
 
-    processed = dataset.map(
-        process, batched=True, remove_columns=dataset.column_names, num_proc=num_proc, desc="tokenize SFT"
-    )
-    report = DataReport("sft", len(processed), Counter(processed["_status"]))
-    kept = processed.filter(lambda s: s in (OK, TRUNCATED), input_columns="_status", num_proc=num_proc)
-    return kept.remove_columns("_status"), report
+    return _map_and_count(dataset, process, "sft", num_proc, "tokenize SFT")
 
 
 def prepare_dpo_dataset(
@@ -104,9 +108,4 @@ def prepare_dpo_dataset(
             out["_status"].append(status)
         return out
 
-    processed = dataset.map(
-        process, batched=True, remove_columns=dataset.column_names, num_proc=num_proc, desc="tokenize DPO pairs"
-    )
-    report = DataReport("dpo", len(processed), Counter(processed["_status"]))
-    kept = processed.filter(lambda s: s in (OK, TRUNCATED), input_columns="_status", num_proc=num_proc)
-    return kept.remove_columns("_status"), report
+    return _map_and_count(dataset, process, "dpo", num_proc, "tokenize DPO pairs")
