@@ -1,5 +1,5 @@
-"""Run under torchrun (tests only, gloo/CPU): one SFT update through `scripts/sft.py`'s trainer on 2 processes under
-accelerate's FSDP2 with `mixed_precision: bf16`, recording the dtype of every FSDP all-gather (the parameters the
+"""Run under torchrun (tests only, gloo/CPU): one SFT update through `post_training/sft.py`'s trainer on 2 processes
+under accelerate's FSDP2 with `mixed_precision: bf16`, recording the dtype of every FSDP all-gather (the parameters the
 forward computes with) and reduce-scatter (the gradient reduction), for tests/test_exactness_sft_fsdp.py.
 
 accelerate refuses FSDP on CPU (its AcceleratorState keeps MULTI_CPU there), so this worker creates the shared
@@ -17,10 +17,10 @@ import torch
 import torch.distributed as dist
 from accelerate import Accelerator, PartialState
 from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
-from instella_recipes.scripts.sft import SFTRecipeArgs, build_trainer
 from trl import ModelConfig, SFTConfig
 
 from instella_recipes.core import parse_recipe
+from instella_recipes.post_training.sft import SFTArguments, build_trainer
 
 
 def _fsdp2_on_cpu() -> None:
@@ -61,7 +61,7 @@ def main(model_dir: str, data: str, out: str, policy: str) -> None:
         "--max_length", "64", "--use_cpu", "true", "--bf16", "true", "--report_to", "none", "--save_strategy", "no",
         "--seed", "0", "--dataloader_num_workers", "0", "--disable_tqdm", "true", "--dtype", "float32",
     ]  # fmt: skip
-    args, training_args, model_args = parse_recipe([SFTRecipeArgs, SFTConfig, ModelConfig], argv)
+    args, training_args, model_args = parse_recipe([SFTArguments, SFTConfig, ModelConfig], argv)
     if policy == "accelerate":
         args.fsdp_reduce_dtype = None
     _fsdp2_on_cpu()

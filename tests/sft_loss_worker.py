@@ -1,4 +1,4 @@
-"""Run under torchrun (tests only, gloo/CPU): one SFT update through `scripts/sft.py`'s trainer on 2 processes,
+"""Run under torchrun (tests only, gloo/CPU): one SFT update through `post_training/sft.py`'s trainer on 2 processes,
 per device 1 row x accumulation 2. Each rank saves the rows it trained on (input_ids, labels as the loss saw them)
 and the gradients the optimizer received, for tests/test_exactness_sft_loss.py to check against a hand computation.
 
@@ -9,11 +9,11 @@ import sys
 
 import torch
 import torch.distributed as dist
-from instella_recipes.scripts.sft import SFTRecipeArgs, build_trainer
 from transformers import TrainerCallback
 from trl import ModelConfig, SFTConfig
 
 from instella_recipes.core import parse_recipe
+from instella_recipes.post_training.sft import SFTArguments, build_trainer
 
 
 class _Grads(TrainerCallback):
@@ -33,7 +33,7 @@ def main(model_dir: str, data: str, out: str, *flags: str) -> None:
         "--use_cpu", "true", "--bf16", "false", "--report_to", "none", "--save_strategy", "no", "--seed", "0",
         "--dataloader_num_workers", "0", "--disable_tqdm", "true", "--dtype", "float32", *flags,
     ]  # fmt: skip
-    args, training_args, model_args = parse_recipe([SFTRecipeArgs, SFTConfig, ModelConfig], argv)
+    args, training_args, model_args = parse_recipe([SFTArguments, SFTConfig, ModelConfig], argv)
     trainer, _ = build_trainer(args, training_args, model_args)
     record = {"rows": []}
     step = trainer.training_step

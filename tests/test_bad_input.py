@@ -13,7 +13,7 @@ from huggingface_hub.errors import StrictDataclassClassValidationError
 from safetensors.torch import load_file, save_file
 
 from instella_recipes.core import RecipeError, parse_recipe
-from instella_recipes.training.checks import check_global_batch, check_tokenizer_fits, fit_accumulation
+from instella_recipes.trainer.checks import check_global_batch, check_tokenizer_fits, fit_accumulation
 from modeling_instella import InstellaConfig, InstellaForCausalLM
 
 
@@ -200,8 +200,7 @@ def _complete_stage(folder, model, stage: str):
 def _issue24_world(root, model, data) -> dict:
     """Issue 24's inputs: complete outputs of several stages (which no case may change), prepared data damaged
     after its manifest was written, model folders that do not load, and recipes with duplicate keys or NaNs."""
-    from instella_recipes.scripts.pretrain import main as pretrain_main
-
+    from instella_recipes.training.pretrain import main as pretrain_main
     from tests.pretrain_utils import TINY_MODEL, pretrain_argv
 
     stages = ("sft", "dpo", "synthetic_gsm8k")

@@ -81,7 +81,7 @@ def test_bench_gpu_smoke_runs_every_section(tmp_path, capsys):
     spec = results["speculative"]
     assert spec["assisted"]["identical"] is True
     assert spec["c"] == pytest.approx(spec["decode_s"]["draft"] / spec["decode_s"]["target"])
-    # the one-GPU fine-tune recipes, run through scripts/sft.py's build_trainer at toy size (their step time on a GPU)
+    # the one-GPU fine-tune recipes via post_training/sft.py's build_trainer at toy size (their step time on a GPU)
     finetune = {r["kind"]: r for r in results["finetune"]}
     assert set(finetune) == {"lora", "full"} and all(r["status"] == "ok" for r in finetune.values())
     assert all(r["tokens_per_step"] == 2 * 32 and r["step_s"] > 0 for r in finetune.values())

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from instella_recipes.scripts import dpo
 from trl import DPOConfig, ModelConfig
 
 from instella_recipes.core import parse_recipe, read_manifest
+from instella_recipes.post_training import dpo
 
 TINY_DPO = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "dpo.yaml")
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def recipe(model_dir, out, *extra):
     argv = ["--config", TINY_DPO, "--model_name_or_path", str(model_dir), "--output_dir", str(out), *extra]
-    return argv, parse_recipe([dpo.DPORecipeArgs, DPOConfig, ModelConfig], argv)
+    return argv, parse_recipe([dpo.DPOArguments, DPOConfig, ModelConfig], argv)
 
 
 def completion_logps(model, batch):

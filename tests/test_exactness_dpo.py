@@ -22,12 +22,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from datasets import Dataset
-from instella_recipes.scripts import dpo
 from trl import DPOConfig, ModelConfig
 
 from instella_recipes.core import parse_recipe
-from instella_recipes.post_training.checks import prepare_dpo_dataset
+from instella_recipes.post_training import dpo
 from instella_recipes.post_training.template import install_chat_template
+from instella_recipes.post_training.tokenization import prepare_dpo_dataset
 from tests.conftest import ROOT, tiny_config
 
 IGNORE = -100
@@ -165,7 +165,7 @@ def test_dpo_norm_loss_on_multi_turn_pairs_equals_the_hand_computation(olmo_mode
         "--max_length", "64", "--per_device_train_batch_size", str(len(PAIRS)), "--global_batch_size",
         str(len(PAIRS)), "--report_to", "none",
     ]  # fmt: skip
-    args, training_args, model_args = parse_recipe([dpo.DPORecipeArgs, DPOConfig, ModelConfig], argv)
+    args, training_args, model_args = parse_recipe([dpo.DPOArguments, DPOConfig, ModelConfig], argv)
     trainer, _ = dpo.build_trainer(args, training_args, model_args)
     assert trainer.loss_types == ["sigmoid_norm"] and trainer.beta == 5.0
     torch.manual_seed(1)

@@ -20,12 +20,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from instella_recipes.scripts.pretrain import main
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from transformers import TrainerCallback, TrainingArguments
 
 from instella_recipes.core import parse_recipe
-from instella_recipes.training.pretrain import PretrainArguments
+from instella_recipes.training.pretrain import PretrainArguments, main
 from tests.pretrain_utils import prepare_tiny, pretrain_argv
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -130,7 +129,7 @@ def test_olmo_schedules_apply_lr_k_in_update_k(data_dir, tmp_path, kind, warmup,
 
 def test_first_stage1_update_runs_at_4_018e_5():
     # the published stage-1 schedule: 4e-4 peak, warmup 2000 from 10%; update 1 uses lr(1)
-    from instella_recipes.training.optim import olmo_scheduler
+    from instella_recipes.trainer.optim import olmo_scheduler
 
     opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=4e-4)
     olmo_scheduler(opt, warmup_steps=2000, total_steps=969_000, decay="cosine", alpha_f=0.1)

@@ -15,9 +15,9 @@ from trl import DPOConfig, ModelConfig, SFTConfig
 
 from instella_recipes.core import parse_recipe
 from instella_recipes.post_training import converters
-from instella_recipes.post_training.checks import prepare_sft_dataset
 from instella_recipes.post_training.mixture import build_mixture
 from instella_recipes.post_training.template import install_chat_template, tokenize_conversation
+from instella_recipes.post_training.tokenization import prepare_sft_dataset
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
@@ -210,9 +210,9 @@ def test_sft_rows_are_the_authors_token_by_token(max_length):
 
 
 def _sft(path):
-    from instella_recipes.scripts.sft import SFTRecipeArgs
+    from instella_recipes.post_training.sft import SFTArguments
 
-    return parse_recipe([SFTRecipeArgs, SFTConfig, ModelConfig], ["--config", str(path), "--bf16", "false"])
+    return parse_recipe([SFTArguments, SFTConfig, ModelConfig], ["--config", str(path), "--bf16", "false"])
 
 
 @pytest.mark.parametrize("name", ["sft.yaml", "sft-packed.yaml", "sft-lora.yaml"])
@@ -225,11 +225,11 @@ def test_instella_sft_recipes_use_the_authors_seeds_and_loss_normalisation(name)
 
 
 def test_instella_dpo_recipes_use_open_instructs_adamw_and_seed():
-    from instella_recipes.scripts.dpo import DPORecipeArgs
+    from instella_recipes.post_training.dpo import DPOArguments
 
     for name in ("dpo.yaml", "dpo-lora.yaml"):
         _, t, _ = parse_recipe(
-            [DPORecipeArgs, DPOConfig, ModelConfig],
+            [DPOArguments, DPOConfig, ModelConfig],
             ["--config", str(RECIPES / "instella-3b" / name), "--bf16", "false"],
         )
         assert (t.adam_beta1, t.adam_beta2, t.adam_epsilon, t.weight_decay, t.seed) == (0.9, 0.999, 1e-8, 0.0, 42)

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from instella_recipes.scripts import sft
 from safetensors.torch import load_file
 
 from instella_recipes.core import read_manifest
 from instella_recipes.data.tiny_world import TinyWorld
+from instella_recipes.post_training import sft
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = {"lora": ROOT / "recipes/instella-3b/finetune-lora-1gpu.yaml",
@@ -82,7 +82,7 @@ def test_the_docs_memory_table_is_what_sizing_computes():
     """docs/finetune_one_gpu.md quotes scripts/sizing.py for both recipes (with and without activation
     checkpointing); the numbers are recomputed here from the recipes' own batch, length, dtype and LoRA rank."""
     from instella_recipes.systems.sizing import Cluster, lora_params, memory_per_gpu, resolve_config
-    from instella_recipes.training.flops import count_params_from_config
+    from instella_recipes.trainer.flops import count_params_from_config
 
     config = resolve_config("instella-3b")
     counts = count_params_from_config(config)

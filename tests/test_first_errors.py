@@ -13,6 +13,12 @@ import torch
 from instella_recipes.core.command_line import hardware_hint, missing_recipe_message
 
 ROOT = Path(__file__).resolve().parents[1]
+# The library module whose `main(argv)` each training entry point (scripts/<x>.py) calls.
+STAGE_MODULES = {
+    "sft": "instella_recipes.post_training.sft",
+    "dpo": "instella_recipes.post_training.dpo",
+    "pretrain": "instella_recipes.training.pretrain",
+}
 
 # Runs an entry point as `python scripts/<x>.py ...` would and says, at exit, which slow packages were imported.
 CHILD = textwrap.dedent(
@@ -74,7 +80,7 @@ def test_missing_recipe_without_a_near_name_says_where_recipes_are():
 def test_gpu_recipe_on_a_cpu_machine_names_its_hardware_and_the_tiny_recipe(script, recipe, twin, capsys):
     """transformers would say "Your setup doesn't support bf16/gpu. You need to assign use_cpu", whose fix
     (--use_cpu true) only moves the failure to loading a 3B model on CPU."""
-    main = importlib.import_module(f"instella_recipes.scripts.{script}").main
+    main = importlib.import_module(STAGE_MODULES[script]).main
     with pytest.raises(SystemExit) as done:
         main(["--config", str(ROOT / recipe)])
     assert done.value.code == 2

@@ -3,7 +3,7 @@
 import pytest
 from transformers import LlamaConfig, OlmoeConfig
 
-from instella_recipes.training.flops import (
+from instella_recipes.trainer.flops import (
     PEAK_FLOPS,
     count_params_from_config,
     dense_param_count,

@@ -60,14 +60,15 @@ def _recipe_tokenizer(path: Path) -> dict:
     if path.name.startswith("pretrain"):
         script, _ = parse_recipe([PretrainArguments, TrainingArguments], [*argv, "--use_cpu", "true"])
         return {"tokenizer": script.tokenizer, "model": script.model_name_or_path, "config": script.model_config}
-    from instella_recipes.scripts.dpo import DPORecipeArgs
-    from instella_recipes.scripts.sft import SFTRecipeArgs
     from trl import DPOConfig, ModelConfig, SFTConfig
 
+    from instella_recipes.post_training.dpo import DPOArguments
+    from instella_recipes.post_training.sft import SFTArguments
+
     kinds = {
-        "sft": (SFTRecipeArgs, SFTConfig),
-        "dpo": (DPORecipeArgs, DPOConfig),
-        "finetune": (SFTRecipeArgs, SFTConfig),
+        "sft": (SFTArguments, SFTConfig),
+        "dpo": (DPOArguments, DPOConfig),
+        "finetune": (SFTArguments, SFTConfig),
     }
     args, _, model = parse_recipe(
         [*kinds[path.name.split("-")[0].split(".")[0]], ModelConfig], [*argv, "--bf16", "false"]
@@ -146,7 +147,7 @@ def test_a_prepared_document_ends_in_eos_0(tmp_path, name):
 
 
 def test_pretraining_saves_the_authors_tokenizer_with_every_checkpoint(tmp_path):
-    from instella_recipes.scripts.pretrain import main
+    from instella_recipes.training.pretrain import main
 
     rng = np.random.default_rng(0)
     files = tmp_path / "tokens"

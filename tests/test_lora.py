@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from instella_recipes.scripts import dpo, sft
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 from trl import DPOConfig, ModelConfig, SFTConfig
 
 from instella_recipes.core import parse_recipe, read_manifest
+from instella_recipes.post_training import dpo, sft
 from instella_recipes.post_training.run import INSTELLA_PROJECTIONS, recipe_path, save_outputs
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "tiny"
@@ -33,7 +33,7 @@ def train_lora(module, config, arg_types, model_dir, out, *extra):
 def test_lora_sft_trains_only_adapters_and_merges(tiny_model_dir, tmp_path):
     base = load_file(tiny_model_dir / "model.safetensors")
     trainer, out = train_lora(
-        sft, "sft.yaml", [sft.SFTRecipeArgs, SFTConfig, ModelConfig], tiny_model_dir, tmp_path / "sft-lora",
+        sft, "sft.yaml", [sft.SFTArguments, SFTConfig, ModelConfig], tiny_model_dir, tmp_path / "sft-lora",
         "--max_samples", "64", "--num_train_epochs", "1", "--learning_rate", "1e-2",
     )  # fmt: skip
     model = trainer.model
@@ -71,7 +71,7 @@ def test_lora_sft_trains_only_adapters_and_merges(tiny_model_dir, tmp_path):
 @pytest.mark.slow
 def test_lora_dpo_uses_the_disabled_adapter_as_reference_and_merges(tiny_model_dir, tmp_path):
     trainer, out = train_lora(
-        dpo, "dpo.yaml", [dpo.DPORecipeArgs, DPOConfig, ModelConfig], tiny_model_dir, tmp_path / "dpo-lora",
+        dpo, "dpo.yaml", [dpo.DPOArguments, DPOConfig, ModelConfig], tiny_model_dir, tmp_path / "dpo-lora",
         "--max_samples", "96", "--learning_rate", "1e-2", "--logging_steps", "1",
     )  # fmt: skip
     assert trainer.ref_model is None  # PEFT: the reference is the base model with the adapter disabled

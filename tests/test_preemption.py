@@ -14,13 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-from instella_recipes.scripts import dpo, sft
-from instella_recipes.scripts import pretrain as pretrain_script
 
 from instella_recipes.core import read_manifest
+from instella_recipes.post_training import dpo, sft
 from instella_recipes.post_training import run as post_run
+from instella_recipes.trainer.checkpoints import find_resume_checkpoint
 from instella_recipes.training import pretrain as pretrain_module
-from instella_recipes.training.checkpoints import find_resume_checkpoint
 from instella_recipes.training.fault_injection import kill_at_step, signal_at_phase
 from tests.pretrain_utils import prepare_tiny, pretrain_argv
 
@@ -114,7 +113,7 @@ def test_sigterm_while_pretraining_loads_its_data_or_model_exits_zero(phase, dat
     monkeypatch.setattr(pretrain_module, name, _sigterm_then(getattr(pretrain_module, name)))
     out = tmp_path / "run"
     with caplog.at_level("INFO"):
-        assert pretrain_script.main(pretrain_argv(data_dir, out, max_steps=2)) == 0
+        assert pretrain_module.main(pretrain_argv(data_dir, out, max_steps=2)) == 0
     assert "pre-empted during start-up (after loading the model and data)" in caplog.text and not out.exists()
 
 

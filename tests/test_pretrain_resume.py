@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from instella_recipes.scripts.pretrain import main
 from safetensors.torch import load_file
 
-from instella_recipes.training.checkpoints import find_resume_checkpoint
+from instella_recipes.trainer.checkpoints import find_resume_checkpoint
+from instella_recipes.training.pretrain import main
 from tests.pretrain_utils import prepare_tiny, pretrain_argv, resume_on_one_process
 
 ROOT = Path(__file__).resolve().parents[1]

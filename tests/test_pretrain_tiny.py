@@ -5,10 +5,10 @@ import json
 
 import pytest
 import torch
-from instella_recipes.scripts.pretrain import main
 from safetensors.torch import load_file
 
-from instella_recipes.training.optim import olmo_lr_factor
+from instella_recipes.trainer.optim import olmo_lr_factor
+from instella_recipes.training.pretrain import main
 from tests.pretrain_utils import TINY_MODEL, prepare_tiny, pretrain_argv
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -75,7 +75,7 @@ def test_trainer_checkpoint_and_grad_norm_hooks():
 def test_trainer_sampler_columns_scheduler_and_loss_flags():
     from transformers import Trainer
 
-    users = "PretrainTrainer (training/pretrain_trainer.py), InstellaOptimMixin (training/optim.py), DPO's Trainer"
+    users = "PretrainTrainer (training/pretrain_trainer.py), InstellaOptimMixin (trainer/optim.py), DPO's Trainer"
     _check(
         _params(Trainer._get_train_sampler) == ["self", "train_dataset"],
         "transformers",
@@ -110,7 +110,7 @@ def test_trainer_sampler_columns_scheduler_and_loss_flags():
 def test_dpo_trainer_prepare_dataset_hook():
     from trl import DPOTrainer
 
-    users = "scripts/dpo.py InstellaDPOTrainer"
+    users = "post_training/dpo.py InstellaDPOTrainer"
     _check(
         _params(DPOTrainer._prepare_dataset) == ["self", "dataset", "processing_class", "args", "dataset_name"],
         "trl",

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import tiny_config
-from instella_recipes.scripts.pretrain import main as pretrain_main
 from safetensors.torch import load_file, save_file
 
 from instella_recipes.core import RecipeError, read_manifest, write_manifest
-from instella_recipes.training.checkpoints import find_resume_checkpoint
+from instella_recipes.trainer.checkpoints import find_resume_checkpoint
+from instella_recipes.training.pretrain import main as pretrain_main
 from instella_recipes.weights import check_model_folder
 from modeling_instella import InstellaForCausalLM
 from tests.pretrain_utils import prepare_tiny, pretrain_argv
@@ -152,13 +152,14 @@ def sft_argv(world, out, *extra, source=None) -> list[str]:
     return ["--model_name_or_path", str(world / "model"), "--output_dir", str(out),
             "--sources", str(source or world / "chat.jsonl"), "--max_length", "64",
             "--per_device_train_batch_size", "2", "--learning_rate", "1e-3", "--report_to", "none",
-            "--use_cpu", "true", "--bf16", "false", "--cpu_threads", "1", "--max_steps", "2", *extra]  # fmt: skip
+            "--use_cpu", "true", "--bf16", "false", "--torch_num_threads", "1", "--max_steps", "2",
+            *extra]  # fmt: skip
 
 
 def test_overwrite_replaces_a_complete_output_of_another_stage_from_scratch(post_world, data_dir, tmp_path, capsys):
     """SFT pointed at a complete pretrain folder: refused without --overwrite (the folder untouched); with it, the
     folder is emptied first, so its checkpoint-2 is not resumed and the manifest says what really ran."""
-    from instella_recipes.scripts.sft import main as sft_main
+    from instella_recipes.post_training.sft import main as sft_main
 
     out = tmp_path / "run"
     assert pretrain_main(pretrain_argv(data_dir, out, max_steps=2, save_steps=2)) == 0
@@ -261,7 +262,7 @@ def test_sigkill_while_sft_overwrites_a_complete_folder_leaves_no_manifest(post_
     write_manifest(out, "sft")
     argv = sft_argv(post_world, out, "--overwrite", "true", "--max_steps", "200", "--save_strategy", "steps",
                     "--save_steps", "1")  # fmt: skip
-    code = f"from instella_recipes.scripts.sft import main; main({argv!r})"
+    code = f"from instella_recipes.post_training.sft import main; main({argv!r})"
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 240

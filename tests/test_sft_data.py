@@ -8,9 +8,9 @@ from datasets import Dataset
 
 from instella_recipes.core import RecipeError, parse_recipe
 from instella_recipes.post_training import converters
-from instella_recipes.post_training.checks import prepare_dpo_dataset, prepare_sft_dataset
 from instella_recipes.post_training.mixture import build_mixture
 from instella_recipes.post_training.template import IGNORE_INDEX, install_chat_template
+from instella_recipes.post_training.tokenization import prepare_dpo_dataset, prepare_sft_dataset
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
@@ -148,11 +148,12 @@ def test_dpo_bad_pairs_are_skipped_and_counted(tok):
     ids=lambda p: f"{p.parent.name}/{p.name}",
 )
 def test_recipes_parse(path):
-    from instella_recipes.scripts.dpo import DPORecipeArgs
-    from instella_recipes.scripts.sft import SFTRecipeArgs
     from trl import DPOConfig, ModelConfig, SFTConfig
 
-    kinds = (SFTRecipeArgs, SFTConfig) if path.name.startswith("sft") else (DPORecipeArgs, DPOConfig)
+    from instella_recipes.post_training.dpo import DPOArguments
+    from instella_recipes.post_training.sft import SFTArguments
+
+    kinds = (SFTArguments, SFTConfig) if path.name.startswith("sft") else (DPOArguments, DPOConfig)
     # bf16 is the published setting; this CPU machine cannot validate it, so the test overrides it
     args, training_args, model_args = parse_recipe([*kinds, ModelConfig], ["--config", str(path), "--bf16", "false"])
     assert args.sources and args.global_batch_size
@@ -165,7 +166,7 @@ def test_recipes_parse(path):
 
 
 def test_bad_data_stops_the_recipe_before_any_output(tiny_model_dir, tmp_path, capsys):
-    from instella_recipes.scripts import sft
+    from instella_recipes.post_training import sft
 
     bad = tmp_path / "bad.jsonl"
     Dataset.from_list([{"messages": [U]}, {"messages": [{"role": "tool", "content": "x"}, A]}]).to_json(bad)
@@ -183,20 +184,21 @@ def test_bad_data_stops_the_recipe_before_any_output(tiny_model_dir, tmp_path, c
 
 
 def test_sources_and_policies_from_the_command_line(tmp_path):
-    from instella_recipes.scripts.sft import SFTRecipeArgs
     from trl import ModelConfig, SFTConfig
+
+    from instella_recipes.post_training.sft import SFTArguments
 
     common = ["--output_dir", str(tmp_path), "--bf16", "false"]
     args, _, _ = parse_recipe(
-        [SFTRecipeArgs, SFTConfig, ModelConfig], ["--sources", "{path: a.jsonl, repeat: 2}", "b.jsonl", *common]
+        [SFTArguments, SFTConfig, ModelConfig], ["--sources", "{path: a.jsonl, repeat: 2}", "b.jsonl", *common]
     )
     assert args.sources == [{"path": "a.jsonl", "repeat": 2}, {"path": "b.jsonl"}]
     with pytest.raises(RecipeError, match="overlong must be one of"):
-        parse_recipe([SFTRecipeArgs, SFTConfig, ModelConfig], ["--overlong", "cut", *common])
+        parse_recipe([SFTArguments, SFTConfig, ModelConfig], ["--overlong", "cut", *common])
 
 
 def test_missing_input_model_is_a_clear_error(tmp_path, capsys):
-    from instella_recipes.scripts import sft
+    from instella_recipes.post_training import sft
 
     recipe = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "sft.yaml"
     with pytest.raises(SystemExit) as err:
@@ -208,13 +210,14 @@ def test_missing_input_model_is_a_clear_error(tmp_path, capsys):
 
 def test_instella_recipes_match_the_published_settings():
     """SPEC.md section 2, SFT and DPO rows."""
-    from instella_recipes.scripts.dpo import DPORecipeArgs
-    from instella_recipes.scripts.sft import SFTRecipeArgs
     from trl import DPOConfig, ModelConfig, SFTConfig
+
+    from instella_recipes.post_training.dpo import DPOArguments
+    from instella_recipes.post_training.sft import SFTArguments
 
     cpu = ["--bf16", "false"]
     args, t, _ = parse_recipe(
-        [SFTRecipeArgs, SFTConfig, ModelConfig], ["--config", str(RECIPES / "instella-3b/sft.yaml"), *cpu]
+        [SFTArguments, SFTConfig, ModelConfig], ["--config", str(RECIPES / "instella-3b/sft.yaml"), *cpu]
     )
     assert (t.learning_rate, t.lr_scheduler_kwargs, t.warmup_steps, t.num_train_epochs) == (
         1e-5,
@@ -229,7 +232,7 @@ def test_instella_recipes_match_the_published_settings():
     assert converters_and_repeats == {("smoltalk", 1), ("openmathinstruct2", 1), ("tulu3_persona_if", 1),
                                       ("mmlu_auxiliary_train", 1), ("o1_journey", 10)}  # fmt: skip
     args, t, _ = parse_recipe(
-        [DPORecipeArgs, DPOConfig, ModelConfig], ["--config", str(RECIPES / "instella-3b/dpo.yaml"), *cpu]
+        [DPOArguments, DPOConfig, ModelConfig], ["--config", str(RECIPES / "instella-3b/dpo.yaml"), *cpu]
     )
     assert (t.learning_rate, t.warmup_steps, t.weight_decay, t.num_train_epochs, t.beta) == (5e-7, 0.1, 0.0, 1, 5.0)
     assert t.loss_type == ["dpo_norm"] and t.max_length == 2048 and t.gradient_checkpointing

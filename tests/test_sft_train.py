@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from instella_recipes.scripts import sft
 from transformers import AutoModelForCausalLM
 from trl import ModelConfig, SFTConfig
 
 from instella_recipes.core import parse_recipe, read_manifest
 from instella_recipes.data.tokenizer import load_tokenizer
+from instella_recipes.post_training import sft
 from instella_recipes.post_training.template import install_chat_template
 from instella_recipes.post_training.tiny_eval import arithmetic_scores
-from instella_recipes.training.optim import olmo_lr_factor
+from instella_recipes.trainer.optim import olmo_lr_factor
 
 TINY_SFT = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "sft.yaml")
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def recipe(model_dir, out, *extra):
     argv = ["--config", TINY_SFT, "--model_name_or_path", str(model_dir), "--output_dir", str(out), *extra]
-    return argv, parse_recipe([sft.SFTRecipeArgs, SFTConfig, ModelConfig], argv)
+    return argv, parse_recipe([sft.SFTArguments, SFTConfig, ModelConfig], argv)
 
 
 @pytest.mark.slow
@@ -96,7 +96,7 @@ def test_packed_and_padded_agree_with_flash_attention(tiny_model_dir):
     from datasets import Dataset
 
     from instella_recipes.data.tiny_world import TinyWorld
-    from instella_recipes.post_training.checks import prepare_sft_dataset
+    from instella_recipes.post_training.tokenization import prepare_sft_dataset
 
     tokenizer = install_chat_template(load_tokenizer(tiny_model_dir))
     rows, _ = prepare_sft_dataset(Dataset.from_list(TinyWorld().sft()[:16]), tokenizer, max_length=256)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from instella_recipes.scripts.pretrain import main
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from instella_recipes.training.pretrain import main
 from tests.pretrain_utils import prepare_tiny, pretrain_argv
 
 ROOT = Path(__file__).resolve().parents[1]

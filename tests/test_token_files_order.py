@@ -134,7 +134,7 @@ def test_pretrain_feeds_each_rank_the_authors_instances_and_resumes_on_other_wor
     import json
     import shutil
 
-    from instella_recipes.scripts.pretrain import main
+    from instella_recipes.training.pretrain import main
 
     tokenizer = tmp_path / "tokenizer"
     tiny_tokenizer.save_pretrained(tokenizer)

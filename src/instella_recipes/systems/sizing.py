@@ -1,7 +1,7 @@
 """Sizing rules for a model on a cluster: parameters, FLOPs, GEMM shapes, vocab padding, memory per GPU, throughput.
 
 Everything is computed from the transformers config (the model is built on the meta device for exact counts; see
-instella_recipes/training/flops.py). The memory model, per GPU, with P parameters (total), W GPUs, G GPUs per node:
+instella_recipes/trainer/flops.py). The memory model, per GPU, with P parameters (total), W GPUs, G GPUs per node:
 
 | strategy | weights | gradients | optimizer state |
 |---|---|---|---|
@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 
 from instella_recipes.core import RecipeError
-from instella_recipes.training.flops import (
+from instella_recipes.trainer.flops import (
     PEAK_FLOPS,
     ParamCounts,
     count_params_from_config,

@@ -9,7 +9,7 @@ non-finite steps, all through the Trainer's extension points (no copy of its tra
   its labels, so it counts every label position. "predicted_tokens" keeps transformers' mean (lit_gpt's).
 - `create_scheduler`: a stage that continues another's AdamW state (`load_optimizer_state`) loads it first.
 - `_save_checkpoint`: the Trainer writes the checkpoint into `<output_dir>/.staging/`, then the main process
-  renames it into `<output_dir>/checkpoint-<step>` after every process finished (see `checkpoints.py`), and the
+  renames it into `<output_dir>/checkpoint-<step>` after every process finished (see `trainer/checkpoints.py`), and the
   Trainer's rotation (`save_total_limit`) runs on the real folder.
 - `_get_train_sampler`: token files (`data_paths`) are read through `OLMoOrderSampler`, the authors' order laid out
   for accelerate's sharding of the Trainer's own dataloader (see `data/token_files.py` for why no library sampler
@@ -19,6 +19,10 @@ non-finite steps, all through the Trainer's extension points (no copy of its tra
 - `_get_grad_norm`: the global (all-reduced) gradient norm decides whether a step is finite on every rank alike;
   a non-finite one makes the wrapped `optimizer.step` a no-op (the batch is dropped, the LR schedule and the step
   counter advance), and is counted in `skipped_steps`.
+
+`NonFiniteCallback` reads those counts: it logs them, refuses periodic checkpoints while a streak of skipped steps
+runs, and after `max_consecutive` in a row saves a checkpoint (its weights are from before the divergence, since no
+update was applied) and stops the run, which the entry point reports as an error (exit code 3).
 """
 
 import math
@@ -30,9 +34,9 @@ import torch.distributed as dist
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-from instella_recipes.training.checkpoints import STAGING, publish
-from instella_recipes.training.mixed_precision import FSDPReduceDtypeMixin
-from instella_recipes.training.optim import InstellaOptimMixin
+from instella_recipes.trainer.checkpoints import STAGING, publish
+from instella_recipes.trainer.mixed_precision import FSDPReduceDtypeMixin
+from instella_recipes.trainer.optim import InstellaOptimMixin
 from instella_recipes.training.optimizer_state import load_optimizer_state
 
 
@@ -162,3 +166,37 @@ class PretrainTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, Trainer):
                 use_mtime=False,
             )
         self.accelerator.wait_for_everyone()
+
+
+class NonFiniteCallback(TrainerCallback):
+    """Stop after `max_consecutive` skipped (non-finite) steps in a row; keep checkpoints from before them."""
+
+    def __init__(self, trainer, max_consecutive: int):
+        self.trainer = trainer
+        self.max_consecutive = max_consecutive
+        self.diverged_at: int | None = None
+        self.start_step = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start_step = state.global_step  # after a resume: the checkpoint's step
+
+    def all_skipped(self) -> bool:
+        """This session ran steps and skipped every one of them (nothing was trained: a failure, not a result)."""
+        ran = self.trainer.state.global_step - self.start_step
+        return ran > 0 and self.trainer.skipped_steps >= ran
+
+    def on_step_end(self, args, state, control, **kwargs):
+        streak = self.trainer.nonfinite_streak
+        if streak:
+            control.should_save = False  # no periodic checkpoints while a streak runs
+            if streak >= self.max_consecutive:
+                # No update was applied during the streak: the weights and optimizer state saved now are those from
+                # before the divergence (the data position is past the bad batches).
+                self.diverged_at = state.global_step - streak + 1
+                control.should_save = True
+                control.should_training_stop = True
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is not None and "loss" in logs:
+            logs["skipped_steps"] = self.trainer.skipped_steps

@@ -1,10 +1,10 @@
 """Checkpoints that are complete or absent: written aside, then renamed; and `resume_from_checkpoint: auto`.
 
 The Trainer writes `checkpoint-<step>` piece by piece (model, optimizer, scheduler, RNG, trainer_state). A kill in
-the middle would leave a folder that `get_last_checkpoint` takes for a good one. `PretrainTrainer` therefore saves
-into `<output_dir>/.staging/checkpoint-<step>` and renames it into place once every process has finished writing;
-`find_resume_checkpoint` only ever sees complete folders (and also requires `trainer_state.json`, which the
-Trainer writes last).
+the middle would leave a folder that `get_last_checkpoint` takes for a good one. `PretrainTrainer`
+(`training/pretrain_trainer.py`) therefore saves into `<output_dir>/.staging/checkpoint-<step>` and renames it into
+place once every process has finished writing; `find_resume_checkpoint` only ever sees complete folders (and also
+requires `trainer_state.json`, which the Trainer writes last; SFT and DPO resume through it too).
 """
 
 import os
@@ -13,6 +13,9 @@ import shutil
 from pathlib import Path
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from instella_recipes.core import RecipeError, get_logger
+from instella_recipes.weights.safetensors_io import check_readable
 
 STAGING = ".staging"
 _CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
@@ -33,9 +36,6 @@ def complete_checkpoints(output_dir: str | Path) -> list[Path]:
 
 def damage(checkpoint: Path) -> str | None:
     """Why a complete-looking checkpoint cannot be resumed from (an unreadable safetensors file), or None."""
-    from instella_recipes.core import RecipeError
-    from instella_recipes.weights.safetensors_io import check_readable
-
     try:
         check_readable(checkpoint)
     except RecipeError as err:
@@ -46,8 +46,6 @@ def damage(checkpoint: Path) -> str | None:
 def find_resume_checkpoint(output_dir: str | Path) -> str | None:
     """The newest complete, readable checkpoint under `output_dir`, or None (start from scratch). A damaged newer one
     is passed over with a warning naming it; when every checkpoint is damaged, a `RecipeError`."""
-    from instella_recipes.core import RecipeError, get_logger
-
     found = complete_checkpoints(output_dir)
     damaged = []
     for checkpoint in reversed(found):

@@ -1,12 +1,9 @@
-"""Trainer callbacks for long pretraining runs: pre-emption and non-finite steps.
+"""Trainer callbacks every training stage installs (pretraining, SFT, DPO).
 
-- `PreemptionCallback`: SIGTERM / SIGUSR1 (what Slurm sends before a job's time limit or on pre-emption, see
-  `--signal=USR1@120` in scripts/slurm/launch.sbatch) sets a flag; at the end of the current optimizer step every
-  process agrees (an all-reduce of the flag), the Trainer saves a checkpoint and stops; the entry point exits 0.
-- `NonFiniteCallback`: `PretrainTrainer` skips the optimizer update of a step whose gradient norm (or loss) is
-  not finite and counts it; this callback logs the count, refuses periodic checkpoints while a streak is running, and
-  after `max_consecutive` bad steps in a row saves a checkpoint (its weights are from before the divergence, since
-  no update was applied) and stops the run, which the entry point reports as an error (exit code 3).
+`PreemptionCallback`: SIGTERM / SIGUSR1 (what Slurm sends before a job's time limit or on pre-emption, see
+`--signal=USR1@120` in scripts/slurm/launch.sbatch) sets a flag; at the end of the current optimizer step every
+process agrees (an all-reduce of the flag), the Trainer saves a checkpoint and stops; the entry point exits 0.
+(Pretraining's `NonFiniteCallback` lives beside `PretrainTrainer`, whose skip counters it reads.)
 """
 
 import signal
@@ -17,7 +14,7 @@ import torch.distributed as dist
 from transformers import TrainerCallback
 
 from instella_recipes.core import get_logger
-from instella_recipes.training.stop_requests import STOP_SIGNALS, stop_requested
+from instella_recipes.trainer.stop_requests import STOP_SIGNALS, stop_requested
 
 logger = get_logger(__name__)
 
@@ -91,37 +88,3 @@ class PreemptionCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if not self._owned:
             self.restore()
-
-
-class NonFiniteCallback(TrainerCallback):
-    """Stop after `max_consecutive` skipped (non-finite) steps in a row; keep checkpoints from before them."""
-
-    def __init__(self, trainer, max_consecutive: int):
-        self.trainer = trainer
-        self.max_consecutive = max_consecutive
-        self.diverged_at: int | None = None
-        self.start_step = 0
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.start_step = state.global_step  # after a resume: the checkpoint's step
-
-    def all_skipped(self) -> bool:
-        """This session ran steps and skipped every one of them (nothing was trained: a failure, not a result)."""
-        ran = self.trainer.state.global_step - self.start_step
-        return ran > 0 and self.trainer.skipped_steps >= ran
-
-    def on_step_end(self, args, state, control, **kwargs):
-        streak = self.trainer.nonfinite_streak
-        if streak:
-            control.should_save = False  # no periodic checkpoints while a streak runs
-            if streak >= self.max_consecutive:
-                # No update was applied during the streak: the weights and optimizer state saved now are those from
-                # before the divergence (the data position is past the bad batches).
-                self.diverged_at = state.global_step - streak + 1
-                control.should_save = True
-                control.should_training_stop = True
-        return control
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs is not None and "loss" in logs:
-            logs["skipped_steps"] = self.trainer.skipped_steps
