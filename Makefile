@@ -10,7 +10,7 @@ TORCH_INDEX ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sandbox-tools slurm-tools slurm-local slurm-stop demo demo-record test lint format clean bench-gpu
+.PHONY: setup sandbox-tools slurm-tools slurm-local slurm-stop demo demo-record test test-unit lint format clean bench-gpu
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ test: setup sandbox-tools slurm-tools
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q
+
+# The unit tier (CONTRIBUTING.md): one package at a time, in-process, under 2 minutes on 2 cores; run it before every
+# commit. `make test` runs it too, with the end-to-end tier (tests/e2e) and the lint.
+test-unit: setup
+	$(PY) -m pytest -q tests/unit
 
 # One GPU: Instella-3B train-step tokens/s and MFU (sdpa/flash-attn, compile, activation checkpointing, largest
 # micro-batch), Instella vs Olmo2/Llama, Liger vs plain, speculative-decoding costs, the step time of the one-GPU
