@@ -15,54 +15,7 @@ The context check builds the requests of tasks whose data is local (the offline 
 for their names only, since building them downloads the datasets.
 """
 
-import os
-import sys
-from dataclasses import dataclass, field
-
-from instella_recipes.core import (
-    check_range,
-    exit_on_recipe_error,
-    get_logger,
-    parse_recipe,
-    setup_logging,
-)
-from instella_recipes.evaluation.preflight import lm_eval_command, preflight
-
-logger = get_logger("instella_recipes.scripts.evaluate")
-
-
-@dataclass
-class EvaluateArguments:
-    model_dir: str = field(default=None, metadata={"help": "Model folder (a stage output or a save_pretrained one)."})
-    tasks: str = field(default=None, metadata={"help": "Comma-separated tasks or groups (ours under eval/tasks)."})
-    num_fewshot: int | None = field(default=None, metadata={"help": "Override every task's few-shot count."})
-    limit: int | None = field(default=None, metadata={"help": "Evaluate only this many documents per task."})
-    output_path: str | None = field(default=None, metadata={"help": "lm-eval's --output_path."})
-    check_only: bool = field(default=False, metadata={"help": "Run the checks, not the evaluation."})
-
-    def __post_init__(self):
-        if not self.model_dir or not self.tasks:
-            raise ValueError("--model_dir and --tasks are required")
-        check_range("num_fewshot", self.num_fewshot, 0, integer=True, allow_none=True)
-        check_range("limit", self.limit, 1, integer=True, allow_none=True)
-        self.task_list = [t for t in self.tasks.split(",") if t]
-
-
-@exit_on_recipe_error
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
-    argv = argv[: argv.index("--")] if "--" in argv else argv
-    (args,) = parse_recipe([EvaluateArguments], argv)
-    setup_logging()
-    checked = preflight(args.model_dir, args.task_list, args.num_fewshot, args.limit)
-    logger.info(f"checks passed ({checked} requests fit the model's context)")
-    if args.check_only:
-        return 0
-    cmd = lm_eval_command(args, extra)
-    os.execv(cmd[0], cmd)  # the real CLI, in this process's place
-    return 0  # unreachable
-
+from instella_recipes.evaluation.preflight import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
