@@ -6,7 +6,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import runpy
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from instella_recipes.core import RecipeError
 from instella_recipes.sandbox import pool as sandbox_module
 from instella_recipes.synthetic_gsm8k.parsing import extract_code
 from instella_recipes.synthetic_gsm8k.run import SyntheticGSM8KArguments, run
+from instella_recipes.synthetic_gsm8k.run import main as synthetic_main
 from tests.synthetic_fakes import BWRAP_PROBLEM, ROOT, SEEDS, TABLE, OracleServer, ScriptedBackend, compute
 
 needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=str(BWRAP_PROBLEM))
@@ -114,8 +114,13 @@ def test_scripted_backend_acceptance_is_exact(tmp_path, seeds_file):
 
 
 def entry_main():
-    """`main` of scripts/synthetic_gsm8k.py (the script shares its name with the package, so load it by path)."""
-    return runpy.run_path(str(ROOT / "scripts" / "synthetic_gsm8k.py"), run_name="entry")["main"]
+    """The entry point's `main` (exit status 0), returning the run's `summary.json` as the library's `run` does."""
+
+    def main_then_summary(argv: list[str]) -> dict:
+        assert synthetic_main(argv) == 0
+        return json.loads((Path(argv[argv.index("--output_dir") + 1]) / "summary.json").read_text())
+
+    return main_then_summary
 
 
 @needs_bwrap
