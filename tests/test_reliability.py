@@ -150,9 +150,9 @@ def post_world(tmp_path_factory, tiny_tokenizer):
 
 def sft_argv(world, out, *extra, source=None) -> list[str]:
     return ["--model_name_or_path", str(world / "model"), "--output_dir", str(out),
-            "--sources", str(source or world / "chat.jsonl"), "--max_length", "64", "--max_steps", "2",
+            "--sources", str(source or world / "chat.jsonl"), "--max_length", "64",
             "--per_device_train_batch_size", "2", "--learning_rate", "1e-3", "--report_to", "none",
-            "--use_cpu", "true", "--bf16", "false", "--torch_num_threads", "1", *extra]  # fmt: skip
+            "--use_cpu", "true", "--bf16", "false", "--cpu_threads", "1", "--max_steps", "2", *extra]  # fmt: skip
 
 
 def test_overwrite_replaces_a_complete_output_of_another_stage_from_scratch(post_world, data_dir, tmp_path, capsys):

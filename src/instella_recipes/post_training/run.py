@@ -58,7 +58,7 @@ class PostTrainArgs:
     max_skip_fraction: float = field(default=0.01, metadata={"help": "Error if more rows than this are skipped."})
     merge_lora: bool = field(default=True, metadata={"help": "With LoRA: merge into full weights in output_dir."})
     max_samples: int | None = field(default=None, metadata={"help": "Use only the first N mixed rows (smoke runs)."})
-    torch_num_threads: int | None = field(
+    cpu_threads: int | None = field(
         default=None, metadata={"help": "torch CPU threads (tiny CPU runs); default: torch's."}
     )
     conversion_seed: int = field(
@@ -73,10 +73,10 @@ class PostTrainArgs:
         check_range("max_skip_fraction", self.max_skip_fraction, 0, 1)
         check_range("global_batch_size", self.global_batch_size, 1, integer=True, allow_none=True)
         check_range("max_samples", self.max_samples, 1, integer=True, allow_none=True)
-        check_range("torch_num_threads", self.torch_num_threads, 1, integer=True, allow_none=True)
+        check_range("cpu_threads", self.cpu_threads, 1, integer=True, allow_none=True)
         self.sources = [_parse_source(s) for s in self.sources]
-        if self.torch_num_threads:  # tiny models: thread sync costs more than a second core gains
-            torch.set_num_threads(self.torch_num_threads)
+        if self.cpu_threads:  # tiny models: thread sync costs more than a second core gains
+            torch.set_num_threads(self.cpu_threads)
         if self.overlong not in OVERLONG_POLICIES:
             raise ValueError(f"overlong must be one of {OVERLONG_POLICIES}, not '{self.overlong}'")
         check_range("conversion_seed", self.conversion_seed, 0, integer=True)
