@@ -50,7 +50,7 @@ files, dest, tok, max_size = sys.argv[1].split(","), sys.argv[2], sys.argv[3], i
 Path(dest).mkdir(parents=True)
 c, w = time.process_time(), time.perf_counter()
 dt.write_group(0, files, Path(dest) / "part-0", Tokenizer.from_file(tok), 0, np.dtype("<u2"),
-               dt.DolmaSettings(max_size=max_size))
+               dt.DolmaTokensArguments(max_size=max_size))
 print(time.process_time() - c, time.perf_counter() - w)
 """
 

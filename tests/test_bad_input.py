@@ -537,9 +537,8 @@ class _HTMLHandler(BaseHTTPRequestHandler):
 def test_a_server_answering_html_is_one_line_naming_it(tmp_path, capsys):
     """Synthetic GSM8K against a server that answers HTML: exit 1 (the server failed, as in an outage), one line
     naming the URL and what came back, no manifest or dataset."""
-    from instella_recipes.scripts.synthetic_gsm8k import main as synthetic_main
-
     from instella_recipes.synthetic_gsm8k.backends import OpenAIBackend, Request
+    from instella_recipes.synthetic_gsm8k.run import main as synthetic_main
     from tests.synthetic_fakes import SEEDS, bwrap_problem
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _HTMLHandler)

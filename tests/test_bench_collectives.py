@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from instella_recipes.scripts import bench_collectives
 
 from instella_recipes.systems.collectives import bus_factor, parse_size, size_sweep
+from instella_recipes.systems.collectives import main as bench_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +38,7 @@ def test_bad_input_is_a_clear_error_before_any_communication(argv, message, monk
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.delenv("RANK", raising=False)
     with pytest.raises(SystemExit) as exit_info:
-        bench_collectives.main(argv)
+        bench_main(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
 
@@ -99,9 +99,7 @@ def check_outputs(out, world):
 def test_single_process_without_launcher(tmp_path, monkeypatch):
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
-    bench_collectives.main(
-        ["--backend", "gloo", "--sizes", "1K", "--warmup", "0", "--iters", "1", "--output_dir", str(tmp_path)]
-    )
+    bench_main(["--backend", "gloo", "--sizes", "1K", "--warmup", "0", "--iters", "1", "--output_dir", str(tmp_path)])
     rows = list(csv.DictReader(open(tmp_path / "results.csv")))
     assert len(rows) == 5 and all(row["correct"] == "True" and row["world_size"] == "1" for row in rows)
     assert all(float(row["busbw_gbps"]) == 0.0 for row in rows if row["collective"] != "broadcast")  # (n-1)/n = 0

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from instella_recipes.scripts.prepare_data import main as prepare_main
 
 from instella_recipes.core import RecipeError, read_manifest
 from instella_recipes.data.chat_text import chat_text, openhermes, text_records
+from instella_recipes.data.prepare import main as prepare_main
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = ROOT / "recipes" / "instella-3b" / "tokenizer" / "allenai_eleuther-ai-gpt-neox-20b-pii-special.json"

@@ -3,7 +3,8 @@
 import json
 
 import pytest
-from instella_recipes.scripts.prepare_data import main
+
+from instella_recipes.data.prepare import main
 
 
 @pytest.fixture

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from instella_recipes.scripts.prepare_data import main as prepare_main
 
 from instella_recipes.core import RecipeError, read_manifest, verify_files
 from instella_recipes.data import dolma_tokens
-from instella_recipes.data.dolma_tokens import DolmaSettings, group_paths, part_prefix
+from instella_recipes.data.dolma_tokens import DolmaTokensArguments, group_paths, part_prefix
+from instella_recipes.data.prepare import main as prepare_main
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = ROOT / "recipes" / "instella-3b" / "tokenizer" / "allenai_eleuther-ai-gpt-neox-20b-pii-special.json"
@@ -182,13 +182,13 @@ def test_the_authors_file_names_follow_from_their_group_counts():
     """part-{g} is padded to the digits of the group count + 1: the names in the authors' stage-2 config
     (math/gsm8k part-0, math/tinyGSM-MIND part-00 with 20 processes, math/dolmino_math_synth part-000 with 148
     files) come out of dolma's grouping of that many files over `processes`."""
-    settings = DolmaSettings(processes=200)
+    settings = DolmaTokensArguments(processes=200)
     assert len(group_paths([f"f{i}" for i in range(148)], settings)) == 148
     assert part_prefix(147, 148) == "part-147" and part_prefix(0, 2) == "part-0" and part_prefix(19, 20) == "part-19"
     many = group_paths([f"f{i}" for i in range(1000)], settings)
     assert len(many) == 200 and sorted(sum(many, [])) == sorted(f"f{i}" for i in range(1000))
     assert part_prefix(0, 200) == "part-000"
-    assert [len(g) for g in group_paths(list("abcde"), DolmaSettings(processes=2))] == [2, 3]  # round(2.5) == 2
+    assert [len(g) for g in group_paths(list("abcde"), DolmaTokensArguments(processes=2))] == [2, 3]  # round(2.5) == 2
 
 
 def test_eos_strip_and_skipped_rows(tmp_path, olmo_tokenizer):
@@ -264,7 +264,7 @@ def test_a_document_dolma_would_silently_drop_is_an_error(tmp_path, capsys):
     with pytest.raises(RecipeError, match="x.jsonl:1: a batch of documents does not fit"):
         dolma_tokens.write_group(
             0, [str(docs / "x.jsonl")], tmp_path / "p", dolma_tokens_tokenizer(), 0, np.dtype("<u2"),
-            DolmaSettings(max_size=100),
+            DolmaTokensArguments(max_size=100),
         )  # fmt: skip
 
 

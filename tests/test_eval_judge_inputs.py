@@ -4,7 +4,8 @@ import json
 import shutil
 
 import pytest
-from instella_recipes.scripts import judge_inputs
+
+from instella_recipes.evaluation import judge_inputs
 
 TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"

@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-from instella_recipes.scripts import speculative as script
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -109,7 +108,7 @@ def test_pass_at_1_runs_in_the_sandbox(pair, tmp_path):
 
     out = tmp_path / "spec.json"
     argv = ["--target", str(target_dir), "--draft", str(draft_dir), "--limit", "1", "--max_new_tokens", "4"]
-    assert script.main([*argv, "--modes", "greedy", "--repeats", "1", "--output", str(out)]) == 0
+    assert spec.main([*argv, "--modes", "greedy", "--repeats", "1", "--output", str(out)]) == 0
     (summary,) = json.loads(out.read_text())
     assert summary["pass@1_base"] == 0.0 and summary["identical_outputs"] == 1
 
@@ -130,7 +129,7 @@ def test_bad_inputs_fail_before_any_weights_are_read(pair, tmp_path):
     with pytest.raises(RecipeError, match="tokenizer is incompatible"):
         spec.load_pair(target_dir, bad)
     with pytest.raises(SystemExit) as exit_info:
-        script.main(["--target", str(target_dir), "--draft", str(bad), "--no-execute"])
+        spec.main(["--target", str(target_dir), "--draft", str(bad), "--no-execute"])
     assert exit_info.value.code == 2
 
     bigger = _llama(tmp_path / "bigger", other_tok, 4096, seed=3)
@@ -243,9 +242,9 @@ def test_only_prompts_that_fit_the_context_are_used(pair, tmp_path, monkeypatch)
         spec.prompts_that_fit(prompts, tok, min(lengths), MAX_NEW)
 
     # the script applies it with the models' own context (here made as short as a tiny target's)
-    monkeypatch.setattr(script, "context_length", lambda *models: context)
+    monkeypatch.setattr(spec, "context_length", lambda *models: context)
     out = tmp_path / "spec.json"
     argv = ["--target", str(target_dir), "--draft", str(draft_dir), "--limit", "1", "--max_new_tokens", str(MAX_NEW)]
-    assert script.main([*argv, "--modes", "greedy", "--repeats", "1", "--no-execute", "--output", str(out)]) == 0
+    assert spec.main([*argv, "--modes", "greedy", "--repeats", "1", "--no-execute", "--output", str(out)]) == 0
     (summary,) = json.loads(out.read_text())
     assert summary["prompts_skipped_too_long"] == prompts.index(fitting[0]) and summary["context_tokens"] == context

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from instella_recipes.scripts import evaluate
 from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 
@@ -207,7 +206,7 @@ def test_preflight_errors_before_any_model_work(tiny_model_dir, tmp_path):
     with pytest.raises(RecipeError, match="run the chat-formatted instruct suites on their own"):
         run.preflight(tiny_model_dir, ["instella_instruct_offline", "tiny_world"], limit=1)
     with pytest.raises(SystemExit) as exit_info:
-        evaluate.main(["--model_dir", str(tmp_path / "missing"), "--tasks", "tiny_world", "--check_only"])
+        run.main(["--model_dir", str(tmp_path / "missing"), "--tasks", "tiny_world", "--check_only"])
     assert exit_info.value.code == 2
     with pytest.raises(RecipeError, match="unknown task or group 'no_such_suite'"):
         run.preflight(tiny_model_dir, ["tiny_world", "no_such_suite"])
@@ -216,7 +215,7 @@ def test_preflight_errors_before_any_model_work(tiny_model_dir, tmp_path):
 
 
 def test_run_builds_the_lm_eval_command():
-    args = evaluate.EvaluateArguments(
+    args = run.EvaluateArguments(
         model_dir="m", tasks="instella_instruct_offline", num_fewshot=None, limit=3, output_path="o"
     )
     cmd = run.lm_eval_command(args, ["--batch_size", "auto"])

@@ -6,10 +6,10 @@ import shutil
 
 import pytest
 import torch
-from instella_recipes.scripts.merge import main
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
+from instella_recipes.checkpoint.merge import main
 from modeling_instella import InstellaForCausalLM
 from tests.conftest import tiny_config
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from instella_recipes.scripts.prepare_data import main as prepare_main
 
 from instella_recipes.core import RecipeError, fast_digest, read_manifest, verify_files, write_manifest
 from instella_recipes.data.dolma_tokens import open_text
+from instella_recipes.data.prepare import main as prepare_main
 from instella_recipes.data.sampling import DocumentSample
 from instella_recipes.data.token_files import read_path_list
 from tests.test_dolma_tokens import TOKENIZER, token_files, write_documents

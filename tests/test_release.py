@@ -12,8 +12,8 @@ import textwrap
 import pytest
 import torch
 import yaml
-from instella_recipes.scripts.release import main
 
+from instella_recipes.checkpoint.release import main
 from instella_recipes.core import write_manifest
 from modeling_instella import InstellaForCausalLM
 

@@ -58,8 +58,8 @@ def test_stage2_from_a_checkpoint_with_nan_is_refused_before_training(data_dir, 
 
 @pytest.mark.parametrize("value", [float("inf"), float("nan")])
 def test_merge_and_convert_refuse_non_finite_tensors(tmp_path, capsys, value):
-    from instella_recipes.scripts.convert_checkpoint import main as convert_main
-    from instella_recipes.scripts.merge import main as merge_main
+    from instella_recipes.checkpoint.convert import main as convert_main
+    from instella_recipes.checkpoint.merge import main as merge_main
 
     good = tmp_path / "good"
     torch.manual_seed(0)
@@ -175,7 +175,7 @@ def test_overwrite_replaces_a_complete_output_of_another_stage_from_scratch(post
 
 
 def test_release_into_its_own_input_is_refused_and_the_input_kept(post_world, tmp_path, capsys):
-    from instella_recipes.scripts.release import main as release_main
+    from instella_recipes.checkpoint.release import main as release_main
 
     folder = tmp_path / "sft"
     shutil.copytree(post_world / "model", folder)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from instella_recipes.scripts import reshape_checkpoint
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from transformers import AutoModelForCausalLM
 
+from instella_recipes.checkpoint.reshape import main as reshape_main
 from instella_recipes.checkpoint.reshape import read_metadata, writer_count
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +50,7 @@ def assert_equal_to_reference(checkpoint: Path, reference: dict) -> None:
 def test_reshape_4_to_2_to_1_and_hf_export_keep_every_tensor(checkpoints, tmp_path):
     reference = torch.load(checkpoints["reference"], weights_only=False)
     m1, hf = tmp_path / "m1", tmp_path / "hf"
-    reshape_checkpoint.main(["--input", str(checkpoints["m2"]), "--output", str(m1)])
+    reshape_main(["--input", str(checkpoints["m2"]), "--output", str(m1)])
     for name, writers in (("n4", 4), ("m2", 2)):
         metadata = read_metadata(checkpoints[name])
         assert writer_count(metadata) == writers
@@ -67,9 +67,7 @@ def test_reshape_4_to_2_to_1_and_hf_export_keep_every_tensor(checkpoints, tmp_pa
     assert writer_count(read_metadata(m1)) == 1
     assert_equal_to_reference(m1, reference)
 
-    reshape_checkpoint.main(
-        ["--input", str(m1), "--output", str(hf), "--to", "hf", "--model_config", str(checkpoints["config"])]
-    )
+    reshape_main(["--input", str(m1), "--output", str(hf), "--to", "hf", "--model_config", str(checkpoints["config"])])
     assert not (tmp_path / "hf.partial").exists()
     model = AutoModelForCausalLM.from_pretrained(hf)  # strict: every key present with its shape
     state = model.state_dict()
@@ -94,7 +92,7 @@ def test_mismatching_checkpoint_and_bad_paths_are_clear_errors(checkpoints, tmp_
     ]  # fmt: skip
     for argv, message in cases:
         with pytest.raises(SystemExit) as exit_info:
-            reshape_checkpoint.main(argv)
+            reshape_main(argv)
         assert exit_info.value.code == 2
         assert message in capsys.readouterr().err
     assert not any(p.name in {"x", "y", "z", "w", "x.partial", "y.partial"} for p in tmp_path.iterdir())

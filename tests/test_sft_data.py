@@ -41,11 +41,11 @@ def test_chat_to_text_strips_and_joins_without_role_tags():
 
 
 def test_chat_to_text_entry_point(tmp_path):
-    from instella_recipes.scripts import chat_to_text
+    from instella_recipes.post_training.chat_to_text import main as chat_to_text_main
 
-    src = tmp_path / "chats.jsonl"
+    src, out = tmp_path / "chats.jsonl", tmp_path / "text.jsonl"
     Dataset.from_list([{"messages": [U, A]}] * 3).to_json(src)
-    out = chat_to_text.main(["--sources", str(src), "--output", str(tmp_path / "text.jsonl")])
+    assert chat_to_text_main(["--sources", str(src), "--output", str(out)]) == 0
     lines = Path(out).read_text().splitlines()
     assert len(lines) == 3 and '"text": "What is 2 + 3?\\n2 + 3 = 5. The answer is 5.\\n"' in lines[0]
 

@@ -3,8 +3,8 @@
 import json
 
 import pytest
-from instella_recipes.scripts import sizing
 
+from instella_recipes.systems import sizing
 from instella_recipes.systems.sizing import Cluster, memory_per_gpu, pad_to, resolve_config, size
 from instella_recipes.trainer.flops import count_params_from_config
 

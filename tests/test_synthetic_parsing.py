@@ -99,12 +99,12 @@ def test_shipped_recipes_parse():
     from pathlib import Path
 
     from instella_recipes.core import parse_recipe
-    from instella_recipes.synthetic_gsm8k.run import SyntheticArgs
+    from instella_recipes.synthetic_gsm8k.run import SyntheticGSM8KArguments
 
     recipes = sorted((Path(__file__).resolve().parents[1] / "recipes" / "synthetic_gsm8k").glob("*.yaml"))
     assert len(recipes) >= 3
     for recipe in recipes:
-        (args,) = parse_recipe([SyntheticArgs], ["--config", str(recipe)])
+        (args,) = parse_recipe([SyntheticGSM8KArguments], ["--config", str(recipe)])
         assert args.seeds and args.model and args.sandbox == "bwrap"
         first = recipe.read_text().splitlines()[0]
         assert first.startswith("# ") and "batch" in recipe.read_text().split("\n\n")[0].lower()

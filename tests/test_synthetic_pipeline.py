@@ -6,7 +6,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import runpy
 import signal
 import subprocess
 import sys
@@ -18,7 +17,8 @@ import pytest
 from instella_recipes.core import RecipeError
 from instella_recipes.sandbox import pool as sandbox_module
 from instella_recipes.synthetic_gsm8k.parsing import extract_code
-from instella_recipes.synthetic_gsm8k.run import SyntheticArgs, run
+from instella_recipes.synthetic_gsm8k.run import SyntheticGSM8KArguments, run
+from instella_recipes.synthetic_gsm8k.run import main as synthetic_main
 from tests.synthetic_fakes import BWRAP_PROBLEM, ROOT, SEEDS, TABLE, OracleServer, ScriptedBackend, compute
 
 needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=str(BWRAP_PROBLEM))
@@ -44,7 +44,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 @needs_bwrap
 def test_scripted_backend_acceptance_is_exact(tmp_path, seeds_file):
-    args = SyntheticArgs(
+    args = SyntheticGSM8KArguments(
         seeds=str(seeds_file), output_dir=str(tmp_path / "out"), output_format="jsonl",
         extra_splits=["train_small:7"], **SMALL,
     )  # fmt: skip
@@ -114,8 +114,13 @@ def test_scripted_backend_acceptance_is_exact(tmp_path, seeds_file):
 
 
 def entry_main():
-    """`main` of scripts/synthetic_gsm8k.py (the script shares its name with the package, so load it by path)."""
-    return runpy.run_path(str(ROOT / "scripts" / "synthetic_gsm8k.py"), run_name="entry")["main"]
+    """The entry point's `main` (exit status 0), returning the run's `summary.json` as the library's `run` does."""
+
+    def main_then_summary(argv: list[str]) -> dict:
+        assert synthetic_main(argv) == 0
+        return json.loads((Path(argv[argv.index("--output_dir") + 1]) / "summary.json").read_text())
+
+    return main_then_summary
 
 
 @needs_bwrap
@@ -165,13 +170,13 @@ def test_resume_after_sigkill_gives_the_same_dataset(tmp_path):
     with OracleServer(delay=0.01) as server:
         common = dict(seeds=str(SEEDS), base_url=server.url, model="oracle", max_concurrency=2, chunk_size=2, **SMALL)
         reference = tmp_path / "reference"
-        run(SyntheticArgs(output_dir=str(reference), **common))
+        run(SyntheticGSM8KArguments(output_dir=str(reference), **common))
         reference_requests = len(server.log)
 
         resumed = tmp_path / "resumed"
         script = (
-            "import json, sys\nfrom instella_recipes.synthetic_gsm8k.run import SyntheticArgs, run\n"
-            "run(SyntheticArgs(**json.loads(sys.argv[1])))\n"
+            "import json, sys\nfrom instella_recipes.synthetic_gsm8k.run import SyntheticGSM8KArguments, run\n"
+            "run(SyntheticGSM8KArguments(**json.loads(sys.argv[1])))\n"
         )
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         child = subprocess.Popen(
@@ -187,7 +192,7 @@ def test_resume_after_sigkill_gives_the_same_dataset(tmp_path):
         assert not (resumed / "train.parquet").exists() and not (resumed / "manifest.json").exists()
         killed_at = _journal_lines(resumed / "journal")
         requests_before = len(server.log)
-        run(SyntheticArgs(output_dir=str(resumed), **common))
+        run(SyntheticGSM8KArguments(output_dir=str(resumed), **common))
         resumed_requests = len(server.log) - requests_before
     assert (resumed / "train.parquet").read_bytes() == (reference / "train.parquet").read_bytes()
     assert json.loads((resumed / "summary.json").read_text()) == json.loads((reference / "summary.json").read_text())
@@ -202,7 +207,7 @@ def test_resume_after_sigkill_gives_the_same_dataset(tmp_path):
 @needs_bwrap
 def test_settings_change_refused_on_resume(tmp_path):
     out = tmp_path / "out"
-    args = SyntheticArgs(seeds=str(SEEDS), output_dir=str(out), max_seeds=1, overwrite=True, **SMALL)
+    args = SyntheticGSM8KArguments(seeds=str(SEEDS), output_dir=str(out), max_seeds=1, overwrite=True, **SMALL)
     run(args, backend=ScriptedBackend())
     import fcntl
 
@@ -212,7 +217,11 @@ def test_settings_change_refused_on_resume(tmp_path):
             run(args, backend=ScriptedBackend())
     (out / "manifest.json").unlink()  # an interrupted run: resumed without --overwrite, with its own settings only
     with pytest.raises(RecipeError, match="different settings.*target_per_seed.*--overwrite true"):
-        run(SyntheticArgs(seeds=str(SEEDS), output_dir=str(out), max_seeds=1, **{**SMALL, "target_per_seed": 5}))
+        run(
+            SyntheticGSM8KArguments(
+                seeds=str(SEEDS), output_dir=str(out), max_seeds=1, **{**SMALL, "target_per_seed": 5}
+            )
+        )
 
 
 @needs_bwrap
@@ -224,7 +233,7 @@ def test_a_finished_run_is_written_into_only_with_overwrite(tmp_path, capsys):
 
     out = tmp_path / "out"
     common = dict(seeds=str(SEEDS), output_dir=str(out), **SMALL)
-    first = run(SyntheticArgs(max_seeds=2, **common), backend=ScriptedBackend())
+    first = run(SyntheticGSM8KArguments(max_seeds=2, **common), backend=ScriptedBackend())
     before = {p.name: p.read_bytes() for p in (out / "journal").iterdir()}
     with pytest.raises(SystemExit) as exit_info:  # the entry point: one line, exit 2, nothing touched
         entry_main()(["--seeds", str(SEEDS), "--output_dir", str(out), "--max_seeds", "3", "--model", "m"])
@@ -232,13 +241,15 @@ def test_a_finished_run_is_written_into_only_with_overwrite(tmp_path, capsys):
     assert exit_info.value.code == 2 and len(lines) == 1 and "--overwrite true" in lines[0]
     assert read_manifest(out)["summary"] == first and len(before) == 2
 
-    grown = run(SyntheticArgs(max_seeds=3, overwrite=True, **common), backend=ScriptedBackend())
+    grown = run(SyntheticGSM8KArguments(max_seeds=3, overwrite=True, **common), backend=ScriptedBackend())
     after = {p.name: p.read_bytes() for p in (out / "journal").iterdir()}
     assert {k: after[k] for k in before} == before and len(after) == 3  # two seeds kept as they were, one added
     assert grown["seed_problems"] == 3 and read_manifest(out)["summary"] == grown
 
     backend = ScriptedBackend()
-    anew = run(SyntheticArgs(max_seeds=2, overwrite=True, **{**common, "target_per_seed": 5}), backend=backend)
+    anew = run(
+        SyntheticGSM8KArguments(max_seeds=2, overwrite=True, **{**common, "target_per_seed": 5}), backend=backend
+    )
     assert len(list((out / "journal").iterdir())) == 2 and backend.requests > 0 and anew["samples_kept"] <= 10
 
     other = tmp_path / "pretrain"
@@ -246,8 +257,11 @@ def test_a_finished_run_is_written_into_only_with_overwrite(tmp_path, capsys):
     (other / "model.safetensors").write_bytes(b"weights")
     write_manifest(other, "pretrain", global_step=3)
     with pytest.raises(RecipeError, match="holds a complete 'pretrain' output"):
-        run(SyntheticArgs(**{**common, "output_dir": str(other)}, max_seeds=1), backend=ScriptedBackend())
-    run(SyntheticArgs(**{**common, "output_dir": str(other)}, max_seeds=1, overwrite=True), backend=ScriptedBackend())
+        run(SyntheticGSM8KArguments(**{**common, "output_dir": str(other)}, max_seeds=1), backend=ScriptedBackend())
+    run(
+        SyntheticGSM8KArguments(**{**common, "output_dir": str(other)}, max_seeds=1, overwrite=True),
+        backend=ScriptedBackend(),
+    )
     assert not (other / "model.safetensors").exists() and read_manifest(other)["stage"] == "synthetic_gsm8k"
 
 
@@ -255,7 +269,7 @@ def test_missing_bubblewrap_fails_closed_before_any_generation(tmp_path, monkeyp
     monkeypatch.setattr(sandbox_module.shutil, "which", lambda name: None)
     backend = ScriptedBackend()
     with pytest.raises(RecipeError, match="bubblewrap"):
-        run(SyntheticArgs(seeds=str(SEEDS), output_dir=str(tmp_path / "out"), **SMALL), backend=backend)
+        run(SyntheticGSM8KArguments(seeds=str(SEEDS), output_dir=str(tmp_path / "out"), **SMALL), backend=backend)
     assert backend.requests == 0
 
 
@@ -309,11 +323,11 @@ def test_backend_errors_within_the_stated_fraction_still_finish_and_are_retried_
     backend = Flaky()
     common = dict(seeds=str(SEEDS), output_dir=str(out), **SMALL)
     with pytest.raises(Exception, match="failed for 1 of 6 seed problems .*first error: APIConnectionError: down"):
-        run(SyntheticArgs(**common), backend=backend)
+        run(SyntheticGSM8KArguments(**common), backend=backend)
     assert not (out / "manifest.json").exists()
-    summary = run(SyntheticArgs(**common, max_backend_error_fraction=0.2), backend=backend)
+    summary = run(SyntheticGSM8KArguments(**common, max_backend_error_fraction=0.2), backend=backend)
     assert summary["seed_problems_left_for_backend_errors"] == 1 and (out / "manifest.json").is_file()
     backend.broken = False
-    summary = run(SyntheticArgs(**common, overwrite=True), backend=backend)  # a complete output: --overwrite
+    summary = run(SyntheticGSM8KArguments(**common, overwrite=True), backend=backend)  # a complete output: --overwrite
     assert summary["seed_problems_left_for_backend_errors"] == 0
     assert summary["seed_problems"] == 6 and "backend_error" not in summary["rejections"]

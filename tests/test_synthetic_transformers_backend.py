@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from instella_recipes.synthetic_gsm8k.backends import Request, TransformersBackend
-from instella_recipes.synthetic_gsm8k.run import SyntheticArgs, run
+from instella_recipes.synthetic_gsm8k.run import SyntheticGSM8KArguments, run
 from tests.synthetic_fakes import BWRAP_PROBLEM, SEEDS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -32,7 +32,7 @@ def test_batched_generation_shapes(tiny_model_dir):
 
 @pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=str(BWRAP_PROBLEM))
 def test_pipeline_with_a_local_model_counts_unusable_replies(tiny_model_dir, tmp_path):
-    args = SyntheticArgs(
+    args = SyntheticGSM8KArguments(
         seeds=str(SEEDS), max_seeds=2, output_dir=str(tmp_path / "out"), backend="transformers",
         model=str(tiny_model_dir), batch_size=2, max_tokens=8, max_program_rounds=1, sandbox_workers=1,
     )  # fmt: skip

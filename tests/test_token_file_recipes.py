@@ -122,7 +122,7 @@ def test_the_authors_stage1_names_are_what_our_prepare_names_for_their_file_coun
     0..G-1, files 0..K-1 in each): what `prepare_data --layout olmo` with their `--processes 200` names when the Hub
     subset has as many files as STAGE1_INPUT_FILES says. Which group of a subset holds a second file depends on
     dolma's unseeded path shuffle, so the names match per subset only as a set of counts (docs/pretraining.md)."""
-    from instella_recipes.data.dolma_tokens import DolmaSettings, group_paths, part_prefix
+    from instella_recipes.data.dolma_tokens import DolmaTokensArguments, group_paths, part_prefix
 
     for subset, groups in _groups(_lines("stage1.txt"), "OLMoE-mix-0924-tokenized").items():
         count = len(groups)
@@ -131,7 +131,7 @@ def test_the_authors_stage1_names_are_what_our_prepare_names_for_their_file_coun
         files = STAGE1_INPUT_FILES[subset]
         assert count == (200 if files == ">=200" else files), subset
         for n in (files,) if files != ">=200" else (200, 2329):  # our grouping of that many files
-            assert len(group_paths([f"f{i}" for i in range(n)], DolmaSettings(processes=200))) == count
+            assert len(group_paths([f"f{i}" for i in range(n)], DolmaTokensArguments(processes=200))) == count
 
 
 def test_the_stage2_names_show_which_subsets_the_authors_sampled():

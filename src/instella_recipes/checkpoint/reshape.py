@@ -18,7 +18,9 @@ written), and writes `save_pretrained` output (safetensors + config) beside the 
 
 from __future__ import annotations
 
+import os
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -28,7 +30,16 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint._nested_dict import unflatten_state_dict
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
 
-from instella_recipes.core import RecipeError, atomic_output_dir, partial_path, swap_in_folder
+from instella_recipes.core import (
+    RecipeError,
+    atomic_output_dir,
+    exit_on_recipe_error,
+    parse_recipe,
+    partial_path,
+    setup_logging,
+    swap_in_folder,
+)
+from instella_recipes.weights import build_meta_model
 
 OPTIMIZER_PREFIXES = ("optim", "optimizer")
 
@@ -85,8 +96,6 @@ def load_config(config_path: str | Path):
 def check_matches_model(metadata: Metadata, config, model_key: str | None = None) -> None:
     """Raise a `RecipeError` naming the differences if the checkpoint's model (and optimizer) entries do not fit the
     model `config` describes: missing or unexpected parameter names, different shapes."""
-    from instella_recipes.weights import build_meta_model
-
     expected = {name: tensor.shape for name, tensor in build_meta_model(config).state_dict().items()}
     found = model_entries(metadata, model_key)
     missing = sorted(set(expected) - set(found))
@@ -197,7 +206,6 @@ def export_hf(
 ) -> Path:
     """Write the model part of DCP checkpoint `source` as a Hugging Face folder (safetensors + config.json) that
     `AutoModelForCausalLM.from_pretrained(destination)` loads. Single process; the whole model must fit in memory."""
-    from instella_recipes.weights import build_meta_model
 
     source, destination = Path(source), Path(destination)
     metadata = read_metadata(source)
@@ -220,3 +228,50 @@ def export_hf(
     with atomic_output_dir(destination, overwrite=overwrite) as partial:
         model.save_pretrained(str(partial))
     return destination
+
+
+@dataclass
+class ReshapeCheckpointArguments:
+    """The settings of `scripts/reshape_checkpoint.py`."""
+
+    input: str = field(default=None, metadata={"help": "DCP checkpoint directory (the one holding .metadata)"})
+    output: str = field(default=None, metadata={"help": "output directory (must not exist unless --overwrite)"})
+    to: str = field(default="dcp", metadata={"help": "dcp: one file per launched process; hf: safetensors folder"})
+    model_config: str = field(
+        default=None, metadata={"help": "config.json (or its folder) of the model; needed for hf"}
+    )
+    model_key: str = field(default=None, metadata={"help": "top-level key of the model state (default: 'model')"})
+    dtype: str = field(default=None, metadata={"help": "hf only: cast weights, e.g. bfloat16"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing output directory"})
+
+
+@exit_on_recipe_error
+def main(argv: list[str] | None = None) -> None:
+    """`scripts/reshape_checkpoint.py`: N -> M writers (launched with M processes), or -> an HF folder (`--to hf`)."""
+    (args,) = parse_recipe([ReshapeCheckpointArguments], argv)
+    setup_logging()
+    if not args.input or not args.output:
+        raise RecipeError("give --input <DCP checkpoint dir> and --output <dir>")
+    if args.to not in ("dcp", "hf"):
+        raise RecipeError(f"--to {args.to!r}: choose dcp or hf")
+    metadata = read_metadata(args.input)
+    if args.to == "hf":
+        if not args.model_config:
+            raise RecipeError("--to hf needs --model_config (the model's config.json or its folder)")
+        if int(os.environ.get("WORLD_SIZE", 1)) > 1:
+            raise RecipeError("--to hf runs in one process: launch without torchrun")
+        path = export_hf(args.input, args.output, args.model_config, model_key=args.model_key, dtype=args.dtype,
+                         overwrite=args.overwrite)  # fmt: skip
+        print(f"wrote Hugging Face model to {path}")
+        return
+    config = load_config(args.model_config) if args.model_config else None
+    if "RANK" in os.environ and not dist.is_initialized():
+        dist.init_process_group("gloo")  # resharding moves tensors through CPU memory; gloo is enough
+    try:
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        path = reshard(args.input, args.output, config=config, model_key=args.model_key, overwrite=args.overwrite)
+        if not dist.is_initialized() or dist.get_rank() == 0:
+            print(f"resharded {args.input} ({writer_count(metadata)} writers) -> {path} ({world} writers)")
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

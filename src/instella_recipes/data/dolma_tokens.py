@@ -63,7 +63,7 @@ logger = get_logger(__name__)
 
 
 @dataclass(frozen=True)
-class DolmaSettings:
+class DolmaTokensArguments:
     """`dolma tokens` options that decide the output (the authors set `max_size`, `processes` and `seed`)."""
 
     max_size: int = DOLMA_MAX_SIZE
@@ -126,7 +126,7 @@ def expand_documents(patterns: list[str]) -> list[str]:
     return out
 
 
-def group_paths(paths: list[str], settings: DolmaSettings) -> list[list[str]]:
+def group_paths(paths: list[str], settings: DolmaTokensArguments) -> list[list[str]]:
     """dolma's grouping: shuffle the paths, then step through them `len / processes` at a time (capped by
     `files_per_process`), rounding each boundary, dropping empty slices. Each group becomes one `part-{g}`."""
     paths = list(paths)
@@ -307,7 +307,7 @@ def write_group(
     tokenizer,
     eos_id: int,
     dtype: np.dtype,
-    settings: DolmaSettings,
+    settings: DolmaTokensArguments,
     progress: Callable[[int], None] | None = None,
     sample=None,
 ) -> dict:

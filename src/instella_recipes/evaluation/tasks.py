@@ -26,6 +26,7 @@ from pathlib import Path
 import lm_eval
 import yaml
 
+from instella_recipes.core import exit_on_recipe_error, get_logger, parse_recipe, setup_logging
 from instella_recipes.core.paths import EVAL_DIR, TASKS_DIR
 from instella_recipes.data.tiny_world import TinyWorld
 from instella_recipes.evaluation import olmes_settings as olmes
@@ -312,3 +313,32 @@ def generated_files() -> dict[Path, str]:
 def stale_files() -> list[Path]:
     """Generated files that are missing or differ from what is shipped."""
     return [p for p, text in generated_files().items() if not p.is_file() or p.read_text() != text]
+
+
+# --- the command (scripts/make_eval_tasks.py) -----------------------------------------------------------------------
+logger = get_logger(__name__)
+
+
+@dataclass
+class MakeEvalTasksArguments:
+    """The settings of `scripts/make_eval_tasks.py`."""
+
+    check: bool = field(default=False, metadata={"help": "Only report YAMLs that differ; exit 1 if any."})
+
+
+@exit_on_recipe_error
+def main(argv: list[str] | None = None) -> int:
+    """`scripts/make_eval_tasks.py`: rewrite eval/tasks/, or (`--check`) exit 1 if a shipped file differs."""
+    (args,) = parse_recipe([MakeEvalTasksArguments], argv)
+    setup_logging()
+    if args.check:
+        stale = stale_files()
+        for path in stale:
+            logger.error(f"stale: {path} (run python scripts/make_eval_tasks.py)")
+        return 1 if stale else 0
+    files = generated_files()
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    logger.info(f"wrote {len(files)} YAMLs under {TASKS_DIR}")
+    return 0
