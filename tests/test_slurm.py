@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from instella_recipes.scripts.pipeline import main
 from instella_recipes.scripts.pretrain import main as pretrain_main
 from safetensors.torch import load_file
 
 from instella_recipes.core import RecipeError
+from instella_recipes.pipeline.cli import main
 from instella_recipes.pipeline.graph import load_pipeline
 from instella_recipes.pipeline.slurm import resources
 from tests.pretrain_utils import prepare_tiny, pretrain_argv, resume_on_one_process
