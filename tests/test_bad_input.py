@@ -437,6 +437,7 @@ BAD_INPUTS = [
     # non-finite and absurd numbers, refused at parse time (or, for what depends on the data, before any work)
     ("merge-nan-weight", "merge", lambda w, o: ["--inputs", str(w["model"]), str(w["model"]), "--output_dir", str(o), "--weights", "nan", "1"], "weights[0] must be a finite number, got nan"),  # noqa: E501
     ("merge-inf-weight", "merge", lambda w, o: ["--inputs", str(w["model"]), str(w["model"]), "--output_dir", str(o), "--weights", "1", "inf"], "weights[1] must be a finite number, got inf"),  # noqa: E501
+    ("pretrain-output-dir-unknown-placeholder", "pretrain", lambda w, o: _pretrain(w, f"{o}_{{sed}}"), "output_dir: unknown placeholder {sed} (did you mean 'seed'?)"),  # noqa: E501
     ("pretrain-nan-float", "pretrain", lambda w, o: _pretrain(w, o, label_smoothing_factor="nan"), "label_smoothing_factor must be a finite number, got nan"),  # noqa: E501
     ("sft-inf-float", "sft", lambda w, o: _sft(w, o, "--neftune_noise_alpha", "inf"), "neftune_noise_alpha must be a finite number, got inf"),  # noqa: E501
     ("pretrain-max-steps-beyond-int64", "pretrain", lambda w, o: _pretrain(w, o, max_steps=10**20), "max_steps must be an integer within int64"),  # noqa: E501

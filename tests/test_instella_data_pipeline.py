@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from instella_recipes.scripts.pipeline import main
 
 from instella_recipes.core import read_manifest, verify_files
 from instella_recipes.data.token_files import TokenFiles, read_path_list
+from instella_recipes.pipeline.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINE = ROOT / "recipes" / "instella-3b" / "pipeline.yaml"

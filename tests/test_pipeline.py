@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from instella_recipes.scripts.pipeline import main
 
 from instella_recipes.core import RecipeError
-from instella_recipes.pipeline.graph import command_line, load_pipeline
+from instella_recipes.pipeline.cli import main
+from instella_recipes.pipeline.graph import load_pipeline
 from instella_recipes.pipeline.runner import read_record, stage_status, status_text
 
 # A stand-in entry point: appends its name to a shared journal, optionally fails, writes a manifest last.
@@ -100,11 +100,11 @@ def test_graph_order_matrix_and_placeholders(graph, tmp_path):
         "data", "stage2_11", "stage2_22", "stage2_33", "merge", "sft", "report",
     ]  # fmt: skip
     assert pipeline.groups == {"stage2": ["stage2_11", "stage2_22", "stage2_33"]}
-    merge = command_line(pipeline, pipeline.stage("merge"))
+    merge = pipeline.stage("merge").resolved.argv
     run = tmp_path / "run"
     i = merge.index("--inputs")
     assert merge[i + 1 : i + 4] == [str(run / f"stage2_{s}") for s in (11, 22, 33)]
-    data = command_line(pipeline, pipeline.stage("data"))
+    data = pipeline.stage("data").resolved.argv
     assert data[2:4] == ["--config", str(tmp_path / "recipe.yaml")]  # the recipe comes right after the script
     assert [s.name for s in pipeline.select("stage2")] == ["stage2_11", "stage2_22", "stage2_33"]
     assert load_pipeline(graph, tmp_path / "elsewhere").output_of(pipeline.stage("sft")) == tmp_path / "elsewhere/sft"
@@ -118,7 +118,7 @@ def test_runs_in_order_then_skips_complete_and_redoes_changed(graph, tmp_path, c
     for name in order:
         assert (run / name / "manifest.json").is_file()
         assert (run / "logs" / f"{name}.log").read_text().count(f"stage {name} working") == 1
-        record = read_record(load_pipeline(graph), load_pipeline(graph).stage(name))
+        record = read_record(load_pipeline(graph).stage(name))
         assert record["status"] == "done" and record["wall_s"] >= 0 and record["cpu_s"] >= 0
     # the pipeline wrote the manifest of the stage that writes none (report), naming its inputs
     assert json.loads((run / "report" / "manifest.json").read_text())["inputs"]["sft"] == str(run / "sft")
@@ -185,7 +185,7 @@ def test_failure_names_stage_and_log_and_stops(graph, tmp_path, capsys):
     assert "report" not in journal(tmp_path)  # nothing after the failed stage ran
     assert not (tmp_path / "run" / "sft" / "manifest.json").exists()
     pipeline = load_pipeline(graph)
-    assert read_record(pipeline, pipeline.stage("sft"))["status"] == "failed"
+    assert read_record(pipeline.stage("sft"))["status"] == "failed"
 
     # fixed: the next run skips what is complete and finishes the rest
     assert main(["--config", str(graph)]) == 0
@@ -261,7 +261,7 @@ def test_shipped_pipelines_resolve(tmp_path, capsys):
         "demo",
     )
     published = load_pipeline("recipes/instella-3b/pipeline.yaml", tmp_path / "i3b")
-    stage1 = command_line(published, published.stage("stage1"))
+    stage1 = published.stage("stage1").resolved.argv
     assert stage1[1:4] == ["launch", "--config_file", "accelerate_configs/fsdp2_hybrid_shard_16x8_mi300x.yaml"]
     assert "recipes/instella-3b/pretrain_stage1.yaml" in stage1
     assert [s.values["seed"] for s in published.select("stage2")] == [5796, 6198, 8915]
@@ -372,3 +372,51 @@ def test_progress_line_keeps_the_start_of_a_log_line_and_the_end_of_a_bar():
     bar = "tokenize SFT: 100%|" + "█" * 80 + "| 424/424 [00:00<00:00, 1705.76 examples/s]"
     shown = status_text(bar)
     assert shown.startswith("tokenize SFT") and shown.endswith("1705.76 examples/s]") and "…" in shown
+
+
+def test_each_stage_is_resolved_and_rendered_once_per_invocation(tmp_path, monkeypatch, capsys):
+    """One pipeline invocation resolves (argv, env, merged recipe, paths) and renders each stage's recipe exactly
+    once, however often the runner checks a stage's status; the Slurm job (`run_job`) likewise."""
+    from instella_recipes.pipeline import graph as graph_module
+    from instella_recipes.pipeline.slurm import run_job
+
+    resolved, rendered = [], []
+    resolve, render = graph_module.resolve_stage, graph_module.render_recipe
+    monkeypatch.setattr(graph_module, "resolve_stage", lambda p, s: resolved.append(s.name) or resolve(p, s))
+    monkeypatch.setattr(graph_module, "render_recipe", lambda p, s, v=None: rendered.append(s.name) or render(p, s, v))
+    body = GRAPH.replace("OUT", str(tmp_path / "run")).replace(
+        "recipe: RECIPE\n", 'recipe: RECIPE\n        recipe_overrides: {value: "{value}"}\n'
+    )
+    path = write_pipeline(tmp_path, body)
+    names = ["data", "stage2_11", "stage2_22", "stage2_33", "merge", "sft", "report"]
+    for argv in ([], ["--dry_run"], []):  # a full run, a plan, a run that skips everything
+        resolved.clear(), rendered.clear()
+        assert main(["--config", str(path), *argv]) == 0
+        assert sorted(resolved) == sorted(names) and rendered == ["data"]  # only `data` has recipe_overrides
+    resolved.clear(), rendered.clear()
+    job = ["--config", str(path), "--output_dir", str(tmp_path / "run"), "--stage", "data", "--set", "value=3"]
+    assert run_job(job) == 0  # a changed var: the job runs its stage again, from the one resolution
+    assert sorted(resolved) == sorted(names) and rendered == ["data"]
+    assert "value: 3" in (tmp_path / "run" / "data" / "recipe.yaml").read_text()
+
+
+@pytest.mark.parametrize("which", ["pipeline", "slurm job"])
+def test_a_set_without_equals_is_the_same_clear_error_everywhere(graph, tmp_path, capsys, which):
+    """`scripts/pipeline.py` and the Slurm job read `--set` with one parser (`core.variables.parse_assignments`)."""
+    from instella_recipes.pipeline.slurm import run_job
+
+    argv = ["--config", str(graph), "--output_dir", str(tmp_path / "run"), "--set", "value"]
+    with pytest.raises(SystemExit, match="2"):
+        main(argv) if which == "pipeline" else run_job([*argv, "--stage", "data"])
+    assert capsys.readouterr().err.strip() == "error: --set expects VAR=VALUE, got 'value'"
+    assert journal(tmp_path) == []
+
+
+def test_placeholders_are_one_syntax_with_a_named_error():
+    """The one placeholder function (pipeline YAMLs and pretraining's `output_dir: runs/stage2_{seed}`)."""
+    from instella_recipes.core import fill_placeholders
+
+    assert fill_placeholders("runs/stage2_{seed}", {"seed": 5796}, "output_dir") == "runs/stage2_5796"
+    assert fill_placeholders('{"a": 1} {}', {}, "x") == '{"a": 1} {}'  # not a placeholder: left as it is
+    with pytest.raises(RecipeError, match=r"^output_dir: unknown placeholder \{sed\} \(did you mean 'seed'\?\)$"):
+        fill_placeholders("runs/stage2_{sed}", {"seed": 5796}, "output_dir")

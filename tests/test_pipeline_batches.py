@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from instella_recipes.pipeline.graph import load_pipeline, render_recipe
+from instella_recipes.pipeline.graph import load_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = sorted(ROOT.glob("recipes/*/pipeline.yaml"))
@@ -17,7 +17,7 @@ BATCH_KEYS = ("global_batch_size", "per_device_train_batch_size", "gradient_accu
 
 def _recipe(pipeline, stage) -> dict:
     """The recipe a stage runs: its file with `recipe_overrides`, then the stage's `args` flags on top."""
-    text = render_recipe(pipeline, stage) or (ROOT / stage.recipe).read_text()
+    text = stage.resolved.recipe_text or stage.resolved.recipe_file.read_text()
     values = yaml.safe_load(text) or {}
     if isinstance(stage.args, dict):
         values.update({k: v for k, v in stage.args.items() if k in (*BATCH_KEYS, "model_name_or_path")})

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from instella_recipes.scripts.pipeline import main
 from safetensors.torch import load_file
 
 import modeling_instella  # noqa: F401  (registers "instella")
 from instella_recipes.evaluation.results import read_eval_results
+from instella_recipes.pipeline.cli import main
 
 # Smaller than the demo: hidden 64, 2 layers, fewer problems (so the 24 capital questions weigh more in SFT).
 SMALL = {

@@ -5,8 +5,8 @@
 import re
 
 import pytest
-from instella_recipes.scripts.pipeline import main
 
+from instella_recipes.pipeline.cli import main
 from instella_recipes.pipeline.graph import load_pipeline
 from instella_recipes.pipeline.runner import read_record
 from tests import test_pipeline as base
@@ -39,8 +39,8 @@ def test_dry_run_after_a_set_change_lists_what_the_run_then_runs(graph, tmp_path
     assert main(["--config", str(graph), "--set", "value=2"]) == 0
     assert base.journal(tmp_path)[before:] == ["merge", "sft", "report"]  # exactly what the dry run said
     pipeline = load_pipeline(graph)
-    assert read_record(pipeline, pipeline.stage("merge"))["set"] == {"value": 2}
-    assert read_record(pipeline, pipeline.stage("data"))["set"] == {}  # made before, without --set
+    assert read_record(pipeline.stage("merge"))["set"] == {"value": 2}
+    assert read_record(pipeline.stage("data"))["set"] == {}  # made before, without --set
 
 
 def test_dry_run_with_force_and_with_a_stage(graph, tmp_path, capsys):

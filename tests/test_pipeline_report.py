@@ -3,8 +3,9 @@
 
 import json
 
-from instella_recipes.scripts.pipeline_report import main
 from PIL import Image
+
+from instella_recipes.pipeline.report import main
 
 
 def _record(run, stage, group, wall, inputs=(), values=None, started="2026-01-01T00:00:00"):

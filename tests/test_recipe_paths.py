@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from instella_recipes.core import fill_placeholders
 from instella_recipes.pipeline.graph import load_pipeline
 from instella_recipes.weights import looks_like_hub_id
 
@@ -31,7 +32,8 @@ def _outputs() -> dict[str, str]:
         target = _recipe(path).get("output_dir")
         if isinstance(target, str):
             for seed in SEEDS if "{seed}" in target else (None,):
-                out[target.format(seed=seed) if seed else target] = path.relative_to(ROOT).as_posix()
+                folder = fill_placeholders(target, {"seed": seed}, str(path)) if seed else target  # as pretrain does
+                out[folder] = path.relative_to(ROOT).as_posix()
     for path in PIPELINES:
         pipeline = load_pipeline(path)
         for stage in pipeline.stages:

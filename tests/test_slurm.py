@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from instella_recipes.scripts.pipeline import main
 from safetensors.torch import load_file
 
 from instella_recipes.core import RecipeError
+from instella_recipes.pipeline.cli import main
 from instella_recipes.pipeline.graph import load_pipeline
 from instella_recipes.pipeline.slurm import resources
 from instella_recipes.training.pretrain import main as pretrain_main

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from instella_recipes.scripts.pipeline import main as pipeline_main
 from safetensors.torch import load_file
 
+from instella_recipes.pipeline.cli import main as pipeline_main
 from instella_recipes.training.pretrain import main as pretrain_main
 from tests.pretrain_utils import TINY_MODEL, prepare_tiny
 from tests.slurm_cluster import job_info

@@ -1,5 +1,6 @@
 """What every entry point shares: the one bad-input error, the recipe parser, atomic outputs and the output-folder
-rule, manifests, logging and the repository paths. Model folders on disk are `instella_recipes.weights`."""
+rule, manifests, logging, `{placeholders}` and `--set VAR=VALUE` (`variables`), and the repository paths. Model
+folders on disk are `instella_recipes.weights`."""
 
 from .checks import check_choice, check_numbers, check_positive, check_range, check_training_length
 from .errors import (
@@ -38,6 +39,7 @@ from .manifest import (
     write_manifest,
 )
 from .recipe import check_recipe_keys, config_path, load_recipe_yaml, parse_recipe
+from .variables import fill_placeholders, parse_assignments
 
 __all__ = [
     "atomic_file",
@@ -73,7 +75,9 @@ __all__ = [
     "config_path",
     "exit_on_recipe_error",
     "file_digest",
+    "fill_placeholders",
     "load_recipe_yaml",
+    "parse_assignments",
     "parse_recipe",
     "read_manifest",
     "require_complete",

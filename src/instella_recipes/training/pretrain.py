@@ -41,6 +41,7 @@ from instella_recipes.core import (
     write_manifest,
 )
 from instella_recipes.core.checks import check_model_config
+from instella_recipes.core.variables import fill_placeholders
 from instella_recipes.data.packing import PackedWindows
 from instella_recipes.data.token_files import OLMoOrderSampler, TokenFiles, token_files_from_args
 from instella_recipes.data.tokenizer import load_tokenizer
@@ -420,7 +421,8 @@ def _stop_before_training(preemption: PreemptionCallback, where: str) -> bool:
 def _pretrain(script: PretrainArguments, train: TrainingArguments, argv: list[str], preemption) -> int:
     script.model_config = _as_dict(script.model_config, "model_config")
     script.plugin_args = _as_dict(script.plugin_args, "plugin_args") or {}
-    train.output_dir = train.output_dir.format(seed=train.seed)
+    # `output_dir: runs/stage2_{seed}`: the project's one placeholder syntax (as in pipeline YAMLs)
+    train.output_dir = fill_placeholders(train.output_dir, {"seed": train.seed}, "output_dir")
     output_dir = check_output_dir(train.output_dir, overwrite=True, inputs=_inputs(script))  # location + inputs
     if script.torch_num_threads:
         torch.set_num_threads(script.torch_num_threads)
