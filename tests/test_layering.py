@@ -215,3 +215,12 @@ def test_in_function_imports_of_project_modules_say_why():
         "imports of project modules inside a function with no comment saying why (move each to the top of its module, "
         "or say on its line or the line above which optional/heavy dependency keeps it there):\n" + "\n".join(problems)
     )
+
+
+def test_every_package_is_installed():
+    """pyproject's explicit package list names every package, so a non-editable install (a wheel) has them all."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {_module_name(p.parent / "__init__.py") for p in LIBRARY.rglob("__init__.py")}
+    assert on_disk <= listed, f"add to pyproject.toml [tool.setuptools] packages: {sorted(on_disk - listed)}"

@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from transformers import AutoConfig
 
+import modeling_instella  # registers the instella model type with AutoConfig
 from instella_recipes.core import (
     RecipeError,
     check_positive,
@@ -59,10 +61,6 @@ LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 def preset(name: str):
     """The published configs as transformers configs."""
-    from transformers import AutoConfig
-
-    import modeling_instella
-
     presets = {
         "instella-3b": lambda: modeling_instella.InstellaConfig(),
         "amd-llama-135m": lambda: AutoConfig.for_model(
@@ -102,10 +100,6 @@ PRESETS = ("instella-3b", "amd-llama-135m", "zaya1-base", "olmoe-1b-7b")
 def resolve_config(spec: str):
     """A preset name, an HF config.json (or the folder holding one), or a recipe YAML with `model_config` or
     `model_name_or_path`."""
-    from transformers import AutoConfig
-
-    import modeling_instella  # noqa: F401
-
     if spec in PRESETS:
         return preset(spec)
     path = Path(spec)
