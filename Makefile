@@ -38,7 +38,7 @@ slurm-local:
 slurm-stop:
 	bash scripts/slurm/local_cluster.sh stop
 
-# The Slurm tests start (and stop) a private cluster of their own (tests/slurm_cluster.py); they only need the packages.
+# The Slurm tests start (and stop) a private cluster of their own (tests/helpers/slurm_cluster.py); they only need the packages.
 slurm-tools:
 	@bash scripts/slurm/local_cluster.sh install \
 		|| echo "note: slurm-wlm/munge not installed (not root with apt); the Slurm tests will skip"
@@ -48,7 +48,7 @@ demo: setup
 	@echo "next: read runs/demo/report.md; for the documented commands activate the environment: . $(VENV)/bin/activate"
 
 # Re-record the demo numbers the docs quote: a fresh demo run's report becomes docs/demo_report.md (plots left out),
-# which docs/pipeline.md "Measured" cites with its date and machine (tests/test_pipeline_report.py checks the quotes).
+# which docs/pipeline.md "Measured" cites with its date and machine (tests/unit/pipeline/test_pipeline_report.py checks the quotes).
 demo-record: setup
 	rm -rf runs/demo
 	$(MAKE) demo

@@ -8,7 +8,8 @@ what a 200-process tokenisation node spends per core; wall time is printed too, 
 measures the other jobs. Every pair is checked to hold the same documents.
 
     python benchmarks/bench_dolma_tokens.py [--docs 10000] [--files 2] [--repeats 3]
-        [--dolma_python PATH]   # a Python with dolma 1.1.2 (default: built from tests/dolma_oracle_requirements.txt)
+        [--dolma_python PATH]   # a Python with dolma 1.1.2 (default: built from
+        tests/helpers/dolma_oracle_requirements.txt)
 """
 
 import argparse

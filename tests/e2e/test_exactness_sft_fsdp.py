@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def _run(model_dir, data, out: Path, policy: str) -> list[dict]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        str(ROOT / "tests" / "sft_fsdp_worker.py"), str(model_dir), str(data), str(out), policy,
+        str(ROOT / "tests/helpers/sft_fsdp_worker.py"), str(model_dir), str(data), str(out), policy,
     ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

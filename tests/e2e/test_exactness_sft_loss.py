@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _conversations() -> list[dict]:
@@ -46,7 +46,7 @@ def test_sft_loss_is_normalised_per_device_then_averaged(tiny_model_dir, tmp_pat
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        str(ROOT / "tests" / "sft_loss_worker.py"), str(tiny_model_dir), str(data), str(tmp_path),
+        str(ROOT / "tests/helpers/sft_loss_worker.py"), str(tiny_model_dir), str(data), str(tmp_path),
         "--average_tokens_across_devices", "false",
     ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -17,7 +17,7 @@ from instella_recipes.core import read_manifest, verify_files
 from instella_recipes.data.token_files import TokenFiles, read_path_list
 from instella_recipes.pipeline.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PIPELINE = ROOT / "recipes" / "instella-3b" / "pipeline.yaml"
 STAGES = ["prepare_stage1", "stage1", "prepare_stage2", "stage2"]
 SEQ_LEN = 16

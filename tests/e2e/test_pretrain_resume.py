@@ -14,9 +14,9 @@ from safetensors.torch import load_file
 
 from instella_recipes.trainer.checkpoints import find_resume_checkpoint
 from instella_recipes.training.pretrain import main
-from tests.pretrain_utils import prepare_tiny, pretrain_argv, resume_on_one_process
+from tests.helpers.pretrain_utils import prepare_tiny, pretrain_argv, resume_on_one_process
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KILL = ["--plugins", "instella_recipes.training.fault_injection:kill_at_step"]
 
 

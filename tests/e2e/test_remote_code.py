@@ -8,9 +8,9 @@ import sys
 import textwrap
 
 import torch
-from conftest import tiny_config
 
 from modeling_instella import InstellaForCausalLM
+from tests.conftest import tiny_config
 
 # The child blocks every import of this project's packages, so only the copied modeling file can serve the model.
 CHILD = textwrap.dedent(

@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 from instella_recipes.checkpoint.reshape import main as reshape_main
 from instella_recipes.checkpoint.reshape import read_metadata, writer_count
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is")
 
 
@@ -25,8 +25,8 @@ def checkpoints(tmp_path_factory):
     paths = {"n4": tmp / "n4", "reference": tmp / "reference.pt", "config": tmp / "config", "m2": tmp / "m2"}
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",
-               str(ROOT / "tests" / "dcp_writer.py"), str(paths["n4"]), str(paths["reference"]), str(paths["config"]),
-               str(paths["m2"])]  # fmt: skip
+               str(ROOT / "tests/helpers/dcp_writer.py"), str(paths["n4"]), str(paths["reference"]),
+               str(paths["config"]), str(paths["m2"])]  # fmt: skip
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return paths

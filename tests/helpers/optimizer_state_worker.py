@@ -1,6 +1,6 @@
 """Run under torchrun (tests only, gloo/CPU): a tiny Instella under FSDP2 `fully_shard` takes one AdamW step, then
 every rank writes its optimizer shards with `save_optimizer_state` (what stage 1 does at its end); rank 0 also saves
-the full (gathered) model and optimizer state as the reference for tests/test_exactness_optimizer_state.py."""
+the full (gathered) model and optimizer state as the reference for tests/e2e/test_exactness_optimizer_state.py."""
 
 import sys
 

@@ -1,12 +1,12 @@
 """Run under torchrun (tests only, gloo/CPU): one SFT update through `post_training/sft.py`'s trainer on 2 processes
 under accelerate's FSDP2 with `mixed_precision: bf16`, recording the dtype of every FSDP all-gather (the parameters the
-forward computes with) and reduce-scatter (the gradient reduction), for tests/test_exactness_sft_fsdp.py.
+forward computes with) and reduce-scatter (the gradient reduction), for tests/e2e/test_exactness_sft_fsdp.py.
 
 accelerate refuses FSDP on CPU (its AcceleratorState keeps MULTI_CPU there), so this worker creates the shared
 accelerator state first and marks it FSDP2 with an FSDP plugin, as `accelerate launch` with an FSDP2 config does on
 GPUs; the SFT trainer then builds its Accelerator on that state, and accelerate's own `fully_shard` wraps the model.
 
-    python -m torch.distributed.run --standalone --nproc_per_node 2 tests/sft_fsdp_worker.py MODEL DATA OUT POLICY
+    python -m torch.distributed.run --standalone --nproc_per_node 2 sft_fsdp_worker.py MODEL DATA OUT POLICY
 POLICY: `recipe` (the recipe's `fsdp_reduce_dtype`, float32) or `accelerate` (None: accelerate's own policy).
 """
 

@@ -1,8 +1,8 @@
 """Run under torchrun (tests only, gloo/CPU): one SFT update through `post_training/sft.py`'s trainer on 2 processes,
 per device 1 row x accumulation 2. Each rank saves the rows it trained on (input_ids, labels as the loss saw them)
-and the gradients the optimizer received, for tests/test_exactness_sft_loss.py to check against a hand computation.
+and the gradients the optimizer received, for tests/e2e/test_exactness_sft_loss.py to check against a hand computation.
 
-    python -m torch.distributed.run --standalone --nproc_per_node 2 tests/sft_loss_worker.py MODEL DATA OUT [FLAGS]
+    python -m torch.distributed.run --standalone --nproc_per_node 2 sft_loss_worker.py MODEL DATA OUT [FLAGS]
 """
 
 import sys

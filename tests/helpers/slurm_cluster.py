@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "slurm" / "local_cluster.sh"
 NODES = 2
 SLURMD_TIMEOUT_S = 10  # a lost node is marked DOWN (and its jobs requeued) this long after its last answer

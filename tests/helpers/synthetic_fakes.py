@@ -13,7 +13,7 @@ from pathlib import Path
 from instella_recipes.synthetic_gsm8k.backends import Request
 from instella_recipes.synthetic_gsm8k.parsing import format_number, substitute
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def bwrap_problem() -> str | None:

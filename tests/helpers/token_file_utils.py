@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.pretrain_utils import pretrain_argv
+from tests.helpers.pretrain_utils import pretrain_argv
 
 SEQ_LEN = 16
 # tokens per file: 13, 24, 8 and 2 instances of 16 (each remainder dropped), 47 in all: 5 global batches of 8

@@ -8,13 +8,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
-from conftest import tiny_config
 from huggingface_hub.errors import StrictDataclassClassValidationError
 from safetensors.torch import load_file, save_file
 
 from instella_recipes.core import RecipeError, parse_recipe
 from instella_recipes.trainer.checks import check_global_batch, check_tokenizer_fits, fit_accumulation
 from modeling_instella import InstellaConfig, InstellaForCausalLM
+from tests.conftest import tiny_config
 
 
 def test_hidden_size_not_divisible_by_heads():
@@ -135,7 +135,7 @@ PAIR = {
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, tiny_tokenizer):
     """Inputs the cases point at (good and damaged), made once."""
-    from tests.pretrain_utils import prepare_tiny
+    from tests.helpers.pretrain_utils import prepare_tiny
 
     root = tmp_path_factory.mktemp("bad_inputs")
     torch.manual_seed(0)
@@ -201,7 +201,7 @@ def _issue24_world(root, model, data) -> dict:
     """Issue 24's inputs: complete outputs of several stages (which no case may change), prepared data damaged
     after its manifest was written, model folders that do not load, and recipes with duplicate keys or NaNs."""
     from instella_recipes.training.pretrain import main as pretrain_main
-    from tests.pretrain_utils import TINY_MODEL, pretrain_argv
+    from tests.helpers.pretrain_utils import TINY_MODEL, pretrain_argv
 
     stages = ("sft", "dpo", "synthetic_gsm8k")
     out = {f"complete_{stage}": _complete_stage(root / f"complete_{stage}", model, stage) for stage in stages}
@@ -286,7 +286,7 @@ def _token_files(folder):
 
 
 def _tokens(w, out, data_paths, root="tokens", **overrides):
-    from tests.token_file_utils import token_argv
+    from tests.helpers.token_file_utils import token_argv
 
     argv = token_argv(data_paths, w["model"], out, **{"max_steps": 2, "save_steps": 100, **overrides})
     return [*argv, "--data_root", str(w["root"] / root)]
@@ -297,7 +297,7 @@ def _src(path, converter="messages"):
 
 
 def _pretrain(w, out, **overrides):
-    from tests.pretrain_utils import pretrain_argv
+    from tests.helpers.pretrain_utils import pretrain_argv
 
     data = overrides.pop("data_dir", w["data"])
     return pretrain_argv(data, out, **{"max_steps": 2, "save_steps": 100, **overrides})
@@ -327,14 +327,14 @@ def _dpo(w, out, *extra, **kw):
 
 def _olmo(out, path, *extra, destination="s", **fields):
     """prepare_data writing the authors' token files (layout olmo) from one local source."""
-    from tests.test_dolma_tokens import TOKENIZER
+    from tests.unit.data.test_dolma_tokens import TOKENIZER
 
     source = json.dumps({"name": "s", "path": str(path), "destination": destination, **fields})
     return ["--layout", "olmo", "--output_dir", str(out), "--sources", source, "--tokenizer", str(TOKENIZER), *extra]
 
 
 def _syn(w, out, *extra):
-    from tests.synthetic_fakes import SEEDS
+    from tests.helpers.synthetic_fakes import SEEDS
 
     return ["--seeds", str(SEEDS), "--output_dir", str(out), "--model", "m", *extra]
 
@@ -540,7 +540,7 @@ def test_a_server_answering_html_is_one_line_naming_it(tmp_path, capsys):
     naming the URL and what came back, no manifest or dataset."""
     from instella_recipes.synthetic_gsm8k.backends import OpenAIBackend, Request
     from instella_recipes.synthetic_gsm8k.run import main as synthetic_main
-    from tests.synthetic_fakes import SEEDS, bwrap_problem
+    from tests.helpers.synthetic_fakes import SEEDS, bwrap_problem
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _HTMLHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

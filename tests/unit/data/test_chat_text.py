@@ -14,7 +14,7 @@ from instella_recipes.core import RecipeError, read_manifest
 from instella_recipes.data.chat_text import chat_text, openhermes, text_records
 from instella_recipes.data.prepare import main as prepare_main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 TOKENIZER = ROOT / "recipes" / "instella-3b" / "tokenizer" / "allenai_eleuther-ai-gpt-neox-20b-pii-special.json"
 
 HERMES = {

@@ -17,7 +17,7 @@ from instella_recipes.core import parse_recipe
 from instella_recipes.data.token_files import read_path_list
 from instella_recipes.training.pretrain import PretrainArguments
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 LISTS = ROOT / "recipes" / "instella-3b" / "token_files"
 AUTHORS = Path(os.environ.get("INSTELLA_REPO", "/work/.mirror/AMD-AIG-AIMA+Instella/repo"))
 CONFIGS = {  # config file -> sha256 of its YAML at commit f00a236 (recipes/instella-3b/token_files/README.md)

@@ -1,4 +1,4 @@
-"""The token-file reader's contract beside the order (tests/test_token_files_order.py): which files a path list names,
+"""The token-file reader's contract beside the order (test_token_files_order.py): which files a path list names,
 what a token file may be, and the id check that training completes as it reads."""
 
 import numpy as np

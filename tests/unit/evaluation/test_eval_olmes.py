@@ -3,7 +3,7 @@ and metrics written from OLMES's code and configs, not from ours): which docs an
 fixed document per benchmark, each metric by hand from a tiny model's log-likelihoods, the answer extraction on sample
 generations, and macro vs micro averaging of a suite.
 
-No Hub here: the documents are written for these tests in each dataset's schema. tests/test_eval_olmes_oracle.py
+No Hub here: the documents are written for these tests in each dataset's schema. tests/e2e/test_eval_olmes_oracle.py
 compares the renderings with OLMES's own exported requests over the real validation sets."""
 
 import copy

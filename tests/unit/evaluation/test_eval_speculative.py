@@ -12,7 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from instella_recipes.core import RecipeError
 from instella_recipes.data.tokenizer import train_bpe_tokenizer
 from instella_recipes.evaluation import speculative as spec
-from tests.synthetic_fakes import BWRAP_PROBLEM
+from tests.helpers.synthetic_fakes import BWRAP_PROBLEM
 
 MAX_NEW = 12
 

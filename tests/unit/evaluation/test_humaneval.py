@@ -9,7 +9,7 @@ import pytest
 
 from instella_recipes.evaluation import humaneval
 from instella_recipes.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
-from tests.synthetic_fakes import BWRAP_PROBLEM
+from tests.helpers.synthetic_fakes import BWRAP_PROBLEM
 
 needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=str(BWRAP_PROBLEM))
 
@@ -47,21 +47,6 @@ def test_every_canonical_solution_passes_in_the_sandbox(pool):
     outcomes = humaneval.score(problems, [p["canonical_solution"] for p in problems], pool)
     assert [o.task_id for o in outcomes if not o.passed] == []
     assert humaneval.pass_at_1(outcomes) == 1.0
-
-
-@needs_bwrap
-def test_wrong_hanging_and_escaping_completions_fail_with_a_reason(pool):
-    problems = humaneval.load_problems(limit=4)
-    completions = [
-        "    return None\n",  # wrong answer: check() raises AssertionError
-        "    while True:\n        pass\n",  # hangs: killed at the time limit
-        "    import os\n    os.system('touch /tmp/escaped')\n    return []\n",  # no processes in the sandbox
-        "    return undefined_name\n",  # NameError
-    ]
-    outcomes = humaneval.score(problems, completions, pool)
-    assert [o.passed for o in outcomes] == [False] * 4
-    assert [o.reason for o in outcomes] == ["exception", "timeout", "forbidden_process", "exception"]
-    assert humaneval.pass_at_1(outcomes) == 0.0
 
 
 @needs_bwrap

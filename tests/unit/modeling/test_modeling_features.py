@@ -5,10 +5,10 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_config
 from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
 
 from modeling_instella import InstellaConfig, InstellaForCausalLM
+from tests.conftest import tiny_config
 
 # The published config.json of amd/Instella-3B (identical for Stage1 / SFT / Instruct), SPEC.md 1.
 PUBLISHED_CONFIG = {

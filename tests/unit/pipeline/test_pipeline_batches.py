@@ -10,7 +10,7 @@ import yaml
 
 from instella_recipes.pipeline.graph import load_pipeline
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PIPELINES = sorted(ROOT.glob("recipes/*/pipeline.yaml"))
 BATCH_KEYS = ("global_batch_size", "per_device_train_batch_size", "gradient_accumulation_steps")
 

@@ -1,6 +1,6 @@
 """`--dry_run` shows what the run will do: after a `--set` change, the stage it touches and every stage downstream
 (complete now, re-run because an input re-runs), and the run then runs exactly those; each run record keeps the
-`--set` it ran with. Uses the dummy stages of tests/test_pipeline.py."""
+`--set` it ran with. Uses the dummy stages of test_pipeline.py."""
 
 import re
 
@@ -9,7 +9,7 @@ import pytest
 from instella_recipes.pipeline.cli import main
 from instella_recipes.pipeline.graph import load_pipeline
 from instella_recipes.pipeline.runner import read_record
-from tests import test_pipeline as base
+from tests.unit.pipeline import test_pipeline as base
 
 
 @pytest.fixture

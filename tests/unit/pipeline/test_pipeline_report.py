@@ -147,7 +147,7 @@ def test_the_demos_expectations_file_parses():
 
     from instella_recipes.pipeline.health import load_expectations
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[3]
     checks = load_expectations(root / "eval/expected/tiny_demo.yaml")
     assert any("SFT raises facts accuracy" in c["name"] for c in checks)
 
@@ -158,7 +158,7 @@ def test_the_docs_quote_the_recorded_demo_report():
     import re
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[3]
     recorded = (root / "docs" / "demo_report.md").read_text()
     section = (root / "docs" / "pipeline.md").read_text().split("## Measured", 1)[1].split("\n## ", 1)[0]
     header = re.search(r"written (\d{4}-\d{2}-\d{2}) [\d:]+ on ([^(]+?) \(", recorded)

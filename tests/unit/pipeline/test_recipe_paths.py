@@ -12,7 +12,7 @@ from instella_recipes.core import fill_placeholders
 from instella_recipes.pipeline.graph import load_pipeline
 from instella_recipes.weights import looks_like_hub_id
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 RECIPES = sorted(p for p in (ROOT / "recipes").rglob("*.yaml") if p.name != "pipeline.yaml")
 PIPELINES = sorted((ROOT / "recipes").rglob("pipeline.yaml"))
 SEEDS = (5796, 6198, 8915)  # the stage-2 seeds a `{seed}` output_dir is formatted with
@@ -90,7 +90,7 @@ def test_documented_commands_use_the_same_folders():
     """A `runs/demo/...` or `runs/instella-3b/...` path a documented command reads is a stage folder (or a file in
     one), or the run's own logs/report, as the recipes and pipelines write them. (Where a command writes is its
     own choice.)"""
-    from test_documented_commands import documented_commands
+    from tests.unit.repo.test_documented_commands import documented_commands
 
     outputs = {tuple(Path(folder).parts[:3]) for folder in _outputs()}
     run_files = {"logs", "pipeline", "report", "report.md"}

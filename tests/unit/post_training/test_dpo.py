@@ -1,6 +1,6 @@
 """DPO recipe: the authors' length-normalised loss (dpo_norm = TRL's sigmoid_norm) against a hand computation, the
 completion mask, precomputed reference log-probs, and tiny DPO training raising the preference margin. Multi-turn
-scoring and the loss against open-instruct's rules: tests/test_exactness_dpo.py."""
+scoring and the loss against open-instruct's rules: test_exactness_dpo.py."""
 
 import json
 from pathlib import Path
@@ -13,7 +13,7 @@ from trl import DPOConfig, ModelConfig
 from instella_recipes.core import parse_recipe, read_manifest
 from instella_recipes.post_training import dpo
 
-TINY_DPO = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "dpo.yaml")
+TINY_DPO = str(Path(__file__).resolve().parents[3] / "recipes" / "tiny" / "dpo.yaml")
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

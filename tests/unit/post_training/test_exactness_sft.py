@@ -19,7 +19,7 @@ from instella_recipes.post_training.mixture import build_mixture
 from instella_recipes.post_training.template import install_chat_template, tokenize_conversation
 from instella_recipes.post_training.tokenization import prepare_sft_dataset
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = Path(__file__).resolve().parents[3] / "recipes"
 
 # verbatim from AMD-AIG-AIMA/Instella scripts/prepare_sft_data.py (commit f00a236)
 AUTHORS_QA_TEMPLATES = [

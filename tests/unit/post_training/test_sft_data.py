@@ -12,7 +12,7 @@ from instella_recipes.post_training.mixture import build_mixture
 from instella_recipes.post_training.template import IGNORE_INDEX, install_chat_template
 from instella_recipes.post_training.tokenization import prepare_dpo_dataset, prepare_sft_dataset
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = Path(__file__).resolve().parents[3] / "recipes"
 
 U = {"role": "user", "content": "What is 2 + 3?"}
 A = {"role": "assistant", "content": "2 + 3 = 5. The answer is 5."}
@@ -23,7 +23,7 @@ def tok(tiny_tokenizer):
     return install_chat_template(copy.deepcopy(tiny_tokenizer))  # the session fixture stays untouched
 
 
-# MMLU auxiliary_train: the authors' 11 templates and data seed, tests/test_exactness_sft.py
+# MMLU auxiliary_train: the authors' 11 templates and data seed, test_exactness_sft.py
 
 
 def test_named_converters():
@@ -200,7 +200,7 @@ def test_sources_and_policies_from_the_command_line(tmp_path):
 def test_missing_input_model_is_a_clear_error(tmp_path, capsys):
     from instella_recipes.post_training import sft
 
-    recipe = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "sft.yaml"
+    recipe = Path(__file__).resolve().parents[3] / "recipes" / "tiny" / "sft.yaml"
     with pytest.raises(SystemExit) as err:
         sft.main(
             ["--config", str(recipe), "--model_name_or_path", str(tmp_path / "nope"), "--output_dir", str(tmp_path)]

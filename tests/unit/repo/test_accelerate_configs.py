@@ -6,7 +6,7 @@ import pytest
 import yaml
 from accelerate.commands.config.config_args import load_config_from_file
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "accelerate_configs").glob("*.yaml"))
+CONFIGS = sorted((Path(__file__).resolve().parents[3] / "accelerate_configs").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)

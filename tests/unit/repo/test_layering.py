@@ -15,7 +15,7 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 LIBRARY = ROOT / "src" / "instella_recipes"
 MODEL = ROOT / "modeling_instella"
 

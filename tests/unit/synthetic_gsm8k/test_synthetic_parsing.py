@@ -86,7 +86,7 @@ def test_http_backend_reports_unreachable_server_as_a_failed_reply_with_the_erro
 
 
 def test_http_backend_retries_a_failing_server_with_the_clients_backoff_then_fails():
-    from tests.synthetic_fakes import OracleServer
+    from tests.helpers.synthetic_fakes import OracleServer
 
     with OracleServer(fail_first=5) as server:
         backend = OpenAIBackend(server.url, "m", max_retries=2, max_concurrency=1)
@@ -101,7 +101,7 @@ def test_shipped_recipes_parse():
     from instella_recipes.core import parse_recipe
     from instella_recipes.synthetic_gsm8k.run import SyntheticGSM8KArguments
 
-    recipes = sorted((Path(__file__).resolve().parents[1] / "recipes" / "synthetic_gsm8k").glob("*.yaml"))
+    recipes = sorted((Path(__file__).resolve().parents[3] / "recipes" / "synthetic_gsm8k").glob("*.yaml"))
     assert len(recipes) >= 3
     for recipe in recipes:
         (args,) = parse_recipe([SyntheticGSM8KArguments], ["--config", str(recipe)])
@@ -111,7 +111,7 @@ def test_shipped_recipes_parse():
 
 
 def test_http_backend_retries_and_tops_up_missing_choices():
-    from tests.synthetic_fakes import TABLE, OracleServer
+    from tests.helpers.synthetic_fakes import TABLE, OracleServer
 
     question = TABLE[0]["masked"].format(**TABLE[0]["params"])
     cot = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]

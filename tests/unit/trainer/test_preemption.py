@@ -8,9 +8,6 @@ outside, as soon as the entry point has its handler in place (seen in /proc/<pid
 
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,9 +18,9 @@ from instella_recipes.post_training import run as post_run
 from instella_recipes.trainer.checkpoints import find_resume_checkpoint
 from instella_recipes.training import pretrain as pretrain_module
 from instella_recipes.training.fault_injection import kill_at_step, signal_at_phase
-from tests.pretrain_utils import prepare_tiny, pretrain_argv
+from tests.helpers.pretrain_utils import prepare_tiny, pretrain_argv
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 RECIPES = {"sft": ROOT / "recipes" / "tiny" / "sft.yaml", "dpo": ROOT / "recipes" / "tiny" / "dpo.yaml"}
 SCRIPTS = {"sft": sft, "dpo": dpo}
 PREPARE = {"sft": "prepare_sft_dataset", "dpo": "prepare_dpo_dataset"}
@@ -115,54 +112,3 @@ def test_sigterm_while_pretraining_loads_its_data_or_model_exits_zero(phase, dat
     with caplog.at_level("INFO"):
         assert pretrain_module.main(pretrain_argv(data_dir, out, max_steps=2)) == 0
     assert "pre-empted during start-up (after loading the model and data)" in caplog.text and not out.exists()
-
-
-def _handles(pid: int, sig: int) -> bool:
-    """The process has a handler for `sig` (SigCgt in /proc/<pid>/status)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16)
-    return bool(caught >> (sig - 1) & 1)
-
-
-def _has_torch(pid: int) -> bool:
-    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
-
-
-def test_sigterm_while_an_entry_point_imports_exits_zero_with_nothing_written(tiny_model_dir, data_dir, tmp_path):
-    """SIGTERM the moment each entry point has its handler, before it has even loaded torch (its imports take
-    seconds; before this fix, a SIGTERM then ended it with -15). The three run at once."""
-    runs = {
-        "pretrain": pretrain_argv(data_dir, tmp_path / "pretrain", max_steps=2),
-        "sft": _argv("sft", tiny_model_dir, tmp_path / "sft"),
-        "dpo": _argv("dpo", tiny_model_dir, tmp_path / "dpo"),
-    }
-    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, f"scripts/{name}.py", *argv],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        for name, argv in runs.items()
-    }
-    waiting, early, deadline = dict(procs), {}, time.monotonic() + 60
-    while waiting and time.monotonic() < deadline:
-        for name, proc in list(waiting.items()):
-            if _handles(proc.pid, signal.SIGTERM) or proc.poll() is not None:
-                early[name] = proc.poll() is None and not _has_torch(proc.pid)
-                proc.send_signal(signal.SIGTERM)
-                del waiting[name]
-        time.sleep(0.002)
-    assert not waiting, f"no SIGTERM handler within 60 s: {list(waiting)}"
-    for name, proc in procs.items():
-        _, err = proc.communicate(timeout=300)
-        assert early[name], f"{name}: torch was imported before the handler was in place"
-        assert proc.returncode == 0, f"{name}: {err[-2000:]}"
-        assert "pre-empted during start-up (before loading anything)" in err, f"{name}: {err[-2000:]}"
-        assert not (tmp_path / name).exists()

@@ -10,9 +10,9 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from instella_recipes.training.pretrain import main
-from tests.pretrain_utils import prepare_tiny, pretrain_argv
+from tests.helpers.pretrain_utils import prepare_tiny, pretrain_argv
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 TRAINING_RECIPES = sorted(p for p in (ROOT / "recipes").rglob("*.yaml") if "report_to" in p.read_text())
 
 

@@ -25,12 +25,12 @@ from transformers import TrainerCallback, TrainingArguments
 
 from instella_recipes.core import parse_recipe
 from instella_recipes.training.pretrain import PretrainArguments, main
-from tests.pretrain_utils import prepare_tiny, pretrain_argv
+from tests.helpers.pretrain_utils import prepare_tiny, pretrain_argv
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = Path(__file__).resolve().parents[3] / "recipes"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-PLUGIN_MODULE = "tests.test_exactness_pretrain"
+PLUGIN_MODULE = "tests.unit.training.test_exactness_pretrain"
 PLUGIN = ["--plugins", f"{PLUGIN_MODULE}:record_updates"]
 UPDATES: list[dict] = []
 
@@ -240,7 +240,7 @@ def _hand_gradients(config: dict, weights: dict, loss_fn) -> dict:
 def test_instella_loss_is_summed_over_predictions_divided_by_input_tokens(data_dir, tmp_path):
     """OLMo: `ce_loss / num_items_in_batch` with `loss_reduction="sum"` and `num_items_in_batch =
     batch['input_ids'].numel()` (B x 64 here), over the B x 63 shifted predictions."""
-    from tests.pretrain_utils import TINY_MODEL
+    from tests.helpers.pretrain_utils import TINY_MODEL
 
     first = _first_update(pretrain_argv(data_dir, tmp_path / "run", max_steps=1, max_grad_norm=0, save_steps=100))
     (batch,) = first["inputs"]

@@ -3,10 +3,10 @@
 import math
 
 import torch
-from conftest import tiny_config
 
 from instella_recipes.training.initialization import init_mitchell
 from modeling_instella import InstellaForCausalLM
+from tests.conftest import tiny_config
 
 
 def test_mitchell_init_stds_and_bounds():

@@ -13,7 +13,7 @@ from instella_recipes.core import RecipeError
 from instella_recipes.trainer.flops import count_params, flops_per_token
 from instella_recipes.training import moe, throughput
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "zaya1"
+RECIPES = Path(__file__).resolve().parents[3] / "recipes" / "zaya1"
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

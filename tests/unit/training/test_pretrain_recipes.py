@@ -12,7 +12,7 @@ from instella_recipes.data.prepare import PrepareArguments
 from instella_recipes.training.model_factory import build_model
 from instella_recipes.training.pretrain import PretrainArguments
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PRETRAIN = sorted(
     p for p in ROOT.glob("recipes/*/*.yaml") if "pretrain" in p.name or p.name == "code_finetune.yaml"
 )  # fmt: skip

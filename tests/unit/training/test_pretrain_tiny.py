@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 from instella_recipes.trainer.optim import olmo_lr_factor
 from instella_recipes.training.pretrain import main
-from tests.pretrain_utils import TINY_MODEL, prepare_tiny, pretrain_argv
+from tests.helpers.pretrain_utils import TINY_MODEL, prepare_tiny, pretrain_argv
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
