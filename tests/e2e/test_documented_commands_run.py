@@ -1,21 +1,5 @@
-"""The end-to-end half of tests/unit/repo/test_documented_commands.py
-(processes, whole runs, oracles); the in-process tests are there.
-
-Every command in README.md and docs/*.md works as written.
-
-The commands are read from the Markdown itself (bash code blocks, with `\\` continuations joined and `for` loops
-expanded, plus inline `python scripts/...` spans), so a new or edited line is checked without touching this file:
-
-- the tiny ones (a `recipes/tiny/` or `recipes/zaya1/tiny_*` recipe or the demo's model, the merge of the tiny
-  seeds, sizing) run for
-  real, in document order (docs/pretraining.md, then docs/post_training.md, then the rest) in a scratch folder, with
-  `--max_steps 2` added to training so the chain is quick; each one's inputs must come from an earlier command (they
-  use the demo's folders, `runs/demo/<stage>`, as `make demo` leaves them);
-- the tiny pipeline commands run with `--dry_run` (the demo itself is test_pipeline_e2e.py);
-- those that need a cluster, a GPU, the Hub or a placeholder (`<dir>`) parse as written: the script's own parser
-  sees the documented flags and recipe (unknown flags and recipe keys are errors) and then `--help`;
-- `lm_eval`: the include path exists and defines every task named; `sbatch`: the launcher and the recipe exist;
-  `accelerate launch` / `torchrun`: the config file exists, the script's part parses as above; `make`: the target.
+"""The end-to-end half of tests/unit/repo/test_documented_commands.py (how commands are read from the docs: its
+docstring): the tiny commands run for real, in document order, in a scratch folder, with `--max_steps 2` on training.
 """
 
 import os

@@ -1,17 +1,6 @@
-"""The end-to-end half of tests/unit/data/test_dolma_tokens.py
-(processes, whole runs, oracles); the in-process tests are there.
-
-`prepare_data --layout olmo` writes the token files the authors' tool writes.
-
-The oracle is `dolma tokens` itself (dolma 1.1.2 from PyPI, the last release before Instella's; the authors'
-scripts/prepare_pretrain_data_stage{1,2}.sh call it). It pins tokenizers<=0.19.1 and numpy<2, so it gets its own
-virtual environment, made once per test session from tests/helpers/dolma_oracle_requirements.txt (its full pinned
-closure) and called as an external program. The tests skip, with pip's words, only when that environment cannot be
-built.
-
-dolma never seeds the shuffles it makes (see instella_recipes/data/dolma_tokens.py), so byte identity is shown with
-tests/helpers/dolma_oracle.py, which runs dolma's own CLI with its `random` module seeded as ours; the authors' exact
-command line, unseeded, is compared document for document.
+"""The end-to-end half of tests/unit/data/test_dolma_tokens.py (the oracle and why it is seeded: its docstring):
+`prepare_data --layout olmo` against `dolma tokens` 1.1.2 itself, run as an external program from its own virtual
+environment (tests/helpers/dolma_oracle_requirements.txt).
 """
 
 import gzip

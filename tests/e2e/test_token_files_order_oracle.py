@@ -1,17 +1,6 @@
-"""The end-to-end half of tests/unit/data/test_token_files_order.py
-(processes, whole runs, oracles); the in-process tests are there.
-
-Token files are read in the authors' order, checked against the authors' implementation (ai2-olmo from PyPI, the
-same `MemMapDataset` + `IterableDataset` as Instella's fork; see tests/helpers/olmo_oracle.py), never against our
-reading of it: on 4 files of odd lengths (remainders dropped, 47 instances, 5 global batches of 8, 7 instances
-dropped), every rank's instances at every micro-step equal the authors' rank's, for 1, 2 and 4 ranks, from the start
-and resumed at a mid-epoch step, in the next epoch, and with dataloader workers on either side.
-
-- in-process: our `TokenFiles` + `OLMoOrderSampler` in the Trainer's DataLoader, wrapped by accelerate's own
-  `prepare_data_loader` for each rank (the sharding `Trainer.get_train_dataloader` gets) and its
-  `skip_first_batches` (the Trainer's resume);
-- end to end (slow): `scripts/pretrain.py` on 2 gloo processes, then its mid-epoch checkpoint resumed on 4
-  processes and on 1, recording every forward's input_ids.
+"""The end-to-end half of tests/unit/data/test_token_files_order.py (what is compared and why: its docstring):
+`scripts/pretrain.py` on 2 gloo processes, then its mid-epoch checkpoint resumed on 4 processes and on 1, recording
+every forward's input_ids, against the authors' implementation (tests/helpers/olmo_oracle.py).
 """
 
 import os
