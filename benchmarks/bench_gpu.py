@@ -42,7 +42,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Olmo2Config, Olmo2ForCausalLM
 
 from instella_recipes.evaluation import speculative as spec
-from instella_recipes.training import flops
+from instella_recipes.trainer import flops
 from modeling_instella import InstellaConfig, InstellaForCausalLM
 
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
