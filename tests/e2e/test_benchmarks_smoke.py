@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from benchmarks import bench_gpu, bench_speculative
-from instella_recipes.training import flops
+from instella_recipes.trainer import flops
 
 
 @pytest.mark.parametrize(
