@@ -10,7 +10,7 @@ TORCH_INDEX ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sandbox-tools slurm-tools slurm-local slurm-stop demo demo-record test lint format clean bench-gpu
+.PHONY: setup sandbox-tools slurm-tools slurm-local slurm-stop demo demo-record test test-unit lint format clean bench-gpu
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,7 @@ slurm-local:
 slurm-stop:
 	bash scripts/slurm/local_cluster.sh stop
 
-# The Slurm tests start (and stop) a private cluster of their own (tests/slurm_cluster.py); they only need the packages.
+# The Slurm tests start (and stop) a private cluster of their own (tests/helpers/slurm_cluster.py); they only need the packages.
 slurm-tools:
 	@bash scripts/slurm/local_cluster.sh install \
 		|| echo "note: slurm-wlm/munge not installed (not root with apt); the Slurm tests will skip"
@@ -48,7 +48,7 @@ demo: setup
 	@echo "next: read runs/demo/report.md; for the documented commands activate the environment: . $(VENV)/bin/activate"
 
 # Re-record the demo numbers the docs quote: a fresh demo run's report becomes docs/demo_report.md (plots left out),
-# which docs/pipeline.md "Measured" cites with its date and machine (tests/test_pipeline_report.py checks the quotes).
+# which docs/pipeline.md "Measured" cites with its date and machine (tests/unit/pipeline/test_pipeline_report.py checks the quotes).
 demo-record: setup
 	rm -rf runs/demo
 	$(MAKE) demo
@@ -57,7 +57,12 @@ demo-record: setup
 test: setup sandbox-tools slurm-tools
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q tests/unit tests/e2e  # the unit tier first: a broken unit fails in about a minute
+
+# The unit tier (CONTRIBUTING.md): one package at a time, in-process, under 2 minutes on 2 cores; run it before every
+# commit. `make test` runs it too, with the end-to-end tier (tests/e2e) and the lint.
+test-unit: setup
+	$(PY) -m pytest -q tests/unit
 
 # One GPU: Instella-3B train-step tokens/s and MFU (sdpa/flash-attn, compile, activation checkpointing, largest
 # micro-batch), Instella vs Olmo2/Llama, Liger vs plain, speculative-decoding costs, the step time of the one-GPU

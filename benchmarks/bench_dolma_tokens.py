@@ -8,7 +8,8 @@ what a 200-process tokenisation node spends per core; wall time is printed too, 
 measures the other jobs. Every pair is checked to hold the same documents.
 
     python benchmarks/bench_dolma_tokens.py [--docs 10000] [--files 2] [--repeats 3]
-        [--dolma_python PATH]   # a Python with dolma 1.1.2 (default: built from tests/dolma_oracle_requirements.txt)
+        [--dolma_python PATH]   # a Python with dolma 1.1.2 (default: built from
+        tests/helpers/dolma_oracle_requirements.txt)
 """
 
 import argparse
@@ -50,7 +51,7 @@ files, dest, tok, max_size = sys.argv[1].split(","), sys.argv[2], sys.argv[3], i
 Path(dest).mkdir(parents=True)
 c, w = time.process_time(), time.perf_counter()
 dt.write_group(0, files, Path(dest) / "part-0", Tokenizer.from_file(tok), 0, np.dtype("<u2"),
-               dt.DolmaSettings(max_size=max_size))
+               dt.DolmaTokensArguments(max_size=max_size))
 print(time.process_time() - c, time.perf_counter() - w)
 """
 

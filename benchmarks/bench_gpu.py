@@ -42,7 +42,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Olmo2Config, Olmo2ForCausalLM
 
 from instella_recipes.evaluation import speculative as spec
-from instella_recipes.training import flops
+from instella_recipes.trainer import flops
 from modeling_instella import InstellaConfig, InstellaForCausalLM
 
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -402,15 +402,15 @@ class StepClock:
 
 
 def finetune_rows(args, device, peak) -> list[dict]:
-    """Each one-GPU fine-tune recipe through scripts/sft.py's own `build_trainer`: median step seconds after the
-    warm-up steps, tokens/s (rows are truncated to max_length, so a step is global batch x max_length tokens), MFU
-    (6N + 12LHQT with N the whole model, as for full training; LoRA's backward skips the frozen weight gradients, so
-    its MFU by this count overstates the work) and peak memory beside scripts/sizing.py's estimate."""
+    """Each one-GPU fine-tune recipe through SFT's own `build_trainer` (post_training/sft.py): median step seconds
+    after the warm-up steps, tokens/s (rows are truncated to max_length, so a step is global batch x max_length
+    tokens), MFU (6N + 12LHQT with N the whole model, as for full training; LoRA's backward skips the frozen weight
+    gradients, so its MFU by this count overstates the work) and peak memory beside scripts/sizing.py's estimate."""
     import yaml
-    from instella_recipes.scripts import sft
 
     from instella_recipes.core import parse_recipe
-    from instella_recipes.post_training.configs import CheckedModelConfig, CheckedSFTConfig
+    from instella_recipes.post_training import sft
+    from instella_recipes.post_training.run import CheckedModelConfig
     from instella_recipes.systems.sizing import Cluster, memory_per_gpu
 
     rows = []
@@ -423,7 +423,7 @@ def finetune_rows(args, device, peak) -> list[dict]:
         for kind, path in FINETUNE_RECIPES.items():
             argv = finetune_argv(path, model_dir, data, Path(tmp) / kind, steps, args.smoke)
             script, training, model_args = parse_recipe(
-                [sft.SFTRecipeArgs, CheckedSFTConfig, CheckedModelConfig], argv
+                [sft.SFTArguments, sft.CheckedSFTConfig, CheckedModelConfig], argv
             )
             free(device)
             trainer, _ = sft.build_trainer(script, training, model_args)

@@ -13,7 +13,7 @@ import random
 import time
 
 from benchmarks.results_io import record
-from instella_recipes.synthetic_gsm8k.sandbox import SandboxConfig, SandboxPool
+from instella_recipes.sandbox import SandboxConfig, SandboxPool
 
 
 def programs(count: int, seed: int = 0) -> list[tuple[str, list[dict], float]]:

@@ -1,6 +1,7 @@
 """Padding-free packed SFT vs one-example-per-row padded SFT: real (non-pad) tokens per second, side by side.
 
-Same model, same data, same recipe code (`scripts/sft.py`'s `build_trainer`, i.e. TRL's SFTTrainer), three layouts:
+Same model, same data, same recipe code (SFT's `build_trainer` in post_training/sft.py, i.e. TRL's SFTTrainer),
+three layouts:
 - padded to max_length: one example per row, every row padded to `max_length` (the published Instella SFT layout);
 - padded to the longest in the batch: TRL's default dynamic padding (one example per row);
 - packed: `packing: true` (best-fit decreasing, padding-free, per-example position ids, no cross-example attention).
@@ -20,13 +21,14 @@ import time
 from pathlib import Path
 
 import torch
-from instella_recipes.scripts import sft
 
 import modeling_instella  # noqa: F401
 from benchmarks.results_io import record
 from instella_recipes.core import parse_recipe
 from instella_recipes.data.tiny_world import TinyWorld
 from instella_recipes.data.tokenizer import train_bpe_tokenizer
+from instella_recipes.post_training import sft
+from instella_recipes.post_training.run import CheckedModelConfig
 from modeling_instella import InstellaConfig, InstellaForCausalLM
 
 TINY_SFT = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "sft.yaml")
@@ -55,7 +57,7 @@ def build(model_dir: Path, data: Path, out: Path, max_length: int, rows: int, la
     argv = ["--config", TINY_SFT, "--model_name_or_path", str(model_dir), "--output_dir", str(out),
             "--sources", str(data), "--max_length", str(max_length), "--per_device_train_batch_size", str(rows),
             "--global_batch_size", str(rows), "--learning_rate", "1e-4", *layout]  # fmt: skip
-    args, training_args, model_args = parse_recipe([sft.SFTRecipeArgs, sft.SFTConfig, sft.ModelConfig], argv)
+    args, training_args, model_args = parse_recipe([sft.SFTArguments, sft.CheckedSFTConfig, CheckedModelConfig], argv)
     trainer, _ = sft.build_trainer(args, training_args, model_args)
     trainer.create_optimizer()
     trainer.model.train()
@@ -143,7 +145,7 @@ def main():
     dynamic = results["padded to longest in batch (TRL default)"]["tokens_per_s"]
     lines += ["", f"Packed vs published padded layout: **{packed / base:.2f}x** (goal >= 2x); "
               f"packed vs dynamic padding: {packed / dynamic:.2f}x. Same per-token loss in every layout "
-              f"(tests/test_sft_train.py)."]  # fmt: skip
+              f"(tests/unit/post_training/test_sft_train.py)."]  # fmt: skip
     body = "\n".join(lines)
     print(body)
     if not opts.no_record:

@@ -526,7 +526,7 @@ SIZES_WHY = (
     "code model would give: `--no_repeat_ngram_size 4` measures the same models with repeats banned (still "
     "deterministic, outputs compared), recorded apart. The drafts are one or two layers: depth, not width, is what "
     "a draft token costs here. The models are far too small to solve HumanEval (pass@1 would be 0 for both paths, "
-    "so it is not scored; the sandboxed scoring is tested in tests/test_humaneval.py)."
+    "so it is not scored; the sandboxed scoring is tested in tests/unit/evaluation/test_humaneval.py)."
 )
 
 

@@ -188,6 +188,7 @@ class InstellaPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     _can_record_outputs = {"hidden_states": InstellaDecoderLayer, "attentions": InstellaAttention}
 
+    # private: the one check every attention choice passes (init and set_attn_implementation) [test_private_apis]
     def _check_and_adjust_attn_implementation(self, attn_implementation, is_init_check=False, **kwargs):
         if attn_implementation == "flash_attention_2" and not is_flash_attn_2_available():
             raise ImportError(FLASH_ATTENTION_HINT)

@@ -8,45 +8,7 @@ named converters in instella_recipes/post_training/converters.py). Rows without 
 counted.
 """
 
-import json
-from dataclasses import dataclass, field
-from pathlib import Path
-
-from instella_recipes.core import atomic_file, exit_on_recipe_error, get_logger, parse_recipe, setup_logging
-from instella_recipes.post_training.converters import chat_to_text
-from instella_recipes.post_training.mixture import build_mixture
-
-logger = get_logger("instella_recipes.scripts.chat_to_text")
-
-
-@dataclass
-class ChatToTextArgs:
-    sources: list[str] = field(default_factory=list, metadata={"help": "Hub ids or files with chat rows."})
-    output: str = field(default="", metadata={"help": "Output jsonl path ({'text': ...} per line)."})
-    converter: str = field(default="messages", metadata={"help": "Converter name for every source."})
-    split: str = field(default="train", metadata={"help": "Split to read from Hub datasets."})
-
-
-@exit_on_recipe_error
-def main(argv: list[str] | None = None) -> Path:
-    (args,) = parse_recipe([ChatToTextArgs], argv)
-    setup_logging()
-    specs = [{"path": s, "split": args.split, "converter": args.converter} for s in args.sources]
-    chats, _ = build_mixture(specs, seed=0)
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    written, skipped = 0, 0
-    with atomic_file(out) as handle:
-        for row in chats:
-            text = chat_to_text(row["messages"])
-            if not text.strip():
-                skipped += 1
-                continue
-            handle.write(json.dumps({"text": text}) + "\n")
-            written += 1
-    logger.info(f"chat_to_text: wrote {written} documents to {out}; skipped {skipped} empty conversations")
-    return out
-
+from instella_recipes.post_training.chat_to_text import main
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

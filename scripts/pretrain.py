@@ -5,31 +5,19 @@
 
 The model comes from `model_name_or_path` (continue from a checkpoint with a fresh optimizer and schedule: stage 2)
 or from `model_config` (from scratch). Every input check runs before the first step; see docs/pretraining.md.
+The settings (`PretrainArguments`) and the run live in `instella_recipes/training/pretrain.py`.
 """
 
 from instella_recipes.core.command_line import preflight
 
 preflight("pretrain", "recipes/tiny/pretrain_stage1.yaml")  # before torch/TRL load (a wrong recipe fails fast)
 
-import sys
-
-from instella_recipes.training.stop_requests import catch_stop_requests
+from instella_recipes.trainer.stop_requests import catch_stop_requests
 
 if __name__ == "__main__":
     catch_stop_requests()  # first: the imports below take seconds, and a SIGTERM during them must not be fatal
 
-from instella_recipes.core import exit_on_recipe_error, parse_recipe, setup_logging
-from instella_recipes.training.checks import CheckedTrainingArguments
-from instella_recipes.training.pretrain import PretrainArguments, pretrain
-
-
-@exit_on_recipe_error
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    script, train = parse_recipe([PretrainArguments, CheckedTrainingArguments], argv)
-    setup_logging()
-    return pretrain(script, train, argv)
-
+from instella_recipes.training.pretrain import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

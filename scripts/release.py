@@ -6,18 +6,7 @@ generation config, model card with the resolved hyperparameters and the eval tab
         [--eval_results runs/demo/eval_dpo ...] [--push_to_hub --repo_id org/name]
 """
 
-from pathlib import Path
-
-from instella_recipes.checkpoint.release import ReleaseArguments, release
-from instella_recipes.core import exit_on_recipe_error, parse_recipe, setup_logging
-
-
-@exit_on_recipe_error
-def main(argv=None) -> Path:
-    (args,) = parse_recipe([ReleaseArguments], argv)
-    setup_logging()
-    return release(args)
-
+from instella_recipes.checkpoint.release import main
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

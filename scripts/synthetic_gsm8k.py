@@ -10,24 +10,7 @@ from instella_recipes.core.command_line import preflight
 
 preflight("synthetic_gsm8k", "recipes/synthetic_gsm8k/tiny.yaml")  # before torch/TRL load (a wrong recipe fails fast)
 
-import sys
-
-from instella_recipes.core import exit_on_recipe_error, parse_recipe, setup_logging
-from instella_recipes.synthetic_gsm8k.run import BackendFailed, SyntheticArgs, format_summary, run
-
-
-@exit_on_recipe_error
-def main(argv: list[str] | None = None) -> dict:
-    (args,) = parse_recipe([SyntheticArgs], argv)
-    setup_logging()
-    try:
-        summary = run(args)
-    except BackendFailed as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(1) from None
-    print(format_summary(summary))
-    return summary
-
+from instella_recipes.synthetic_gsm8k.run import main
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -11,7 +11,7 @@ import modeling_instella  # noqa: F401  (registers "instella" with the Auto clas
 from instella_recipes.data.tiny_world import TinyWorld, write_tiny_world
 from instella_recipes.data.tokenizer import load_tokenizer, train_bpe_tokenizer
 from modeling_instella import InstellaConfig, InstellaForCausalLM
-from tests.slurm_cluster import slurm_cluster  # noqa: F401  (session fixture: the run's private Slurm cluster)
+from tests.helpers.slurm_cluster import slurm_cluster  # noqa: F401  (session fixture: the run's private Slurm cluster)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"  # copied from the shared fixtures; both public (see tests/fixtures/README.md)

@@ -28,7 +28,7 @@
 #   real cluster's) is never touched.
 # - SLURM_LOCAL_DIR=DIR: a private cluster, everything (slurm.conf, state, logs, munge key and sockets) under DIR,
 #   ports chosen free by the OS, a cluster name of its own; clients need SLURM_CONF=DIR/slurm.conf. The tests start
-#   one per run (tests/slurm_cluster.py), so two runs of the suite on one host never share a controller, port, node
+#   one per run (tests/helpers/slurm_cluster.py), so two runs of the suite on one host never share a controller, port, node
 #   or state directory, and a test that kills a node cannot hit another run's jobs.
 #
 # Choices that matter for the tests: proctrack/pgid (a job's leftover processes are killed with its process group),

@@ -11,7 +11,7 @@ import atexit
 import datasets
 
 from instella_recipes.evaluation import humaneval
-from instella_recipes.synthetic_gsm8k.sandbox import SandboxPool, check_sandbox
+from instella_recipes.sandbox import SandboxPool, check_sandbox
 
 _POOL: list[SandboxPool] = []
 _TIMEOUT: list[float] = [humaneval.DEFAULT_TIMEOUT]

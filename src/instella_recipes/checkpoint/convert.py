@@ -8,13 +8,15 @@ fused group in memory.
 """
 
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from instella_recipes.checkpoint.safetensors_io import TensorSource, plan_shards, write_shards
-from instella_recipes.core import RecipeError, atomic_output_dir
+from instella_recipes.core import RecipeError, atomic_output_dir, exit_on_recipe_error, parse_recipe, setup_logging
+from instella_recipes.weights.safetensors_io import TensorSource, plan_shards, write_shards
 from modeling_instella import InstellaConfig
 
 # One-to-one renames: training key pattern -> Hub key pattern ({i} is the layer index).
@@ -141,3 +143,45 @@ def convert_checkpoint(
         count = write_shards(stream(source.keys(), source, config), partial, plan)
         config.save_pretrained(partial)  # the published auto_map and modeling_instella.py (remote code)
     return count
+
+
+@dataclass
+class ConvertCheckpointArguments:
+    """The settings of `scripts/convert_checkpoint.py` (its first argument, the direction, comes before them)."""
+
+    input: str = field(default=None, metadata={"help": "Checkpoint file or folder of shards."})
+    output: str = field(default=None, metadata={"help": "Output folder (written aside, then renamed)."})
+    model_config: str | None = field(
+        default=None, metadata={"help": "config.json of the model (default: next to the input)."}
+    )
+    max_shard_size: str = field(default="5GB", metadata={"help": "Largest output shard, e.g. 5GB, 500MB."})
+    overwrite: bool = field(default=False, metadata={"help": "Replace a complete stage output at --output."})
+
+    def __post_init__(self):
+        if not self.input or not self.output:
+            raise ValueError("--input and --output are required")
+
+
+USAGE = f"""convert_checkpoint.py {{{",".join(DIRECTIONS)}}} --input IN --output OUT [options]
+
+    to-hub: the OLMo training format (fused att_proj / ff_proj) -> the Hub format (--model_config: its config.json)
+    to-training: the Hub format -> the OLMo training format
+"""
+
+
+@exit_on_recipe_error
+def main(argv: list[str] | None = None) -> int:
+    """`scripts/convert_checkpoint.py DIRECTION --input IN --output OUT [options]`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    direction = argv.pop(0) if argv and argv[0] in DIRECTIONS else None
+    if "-h" in argv or "--help" in argv:  # argparse's help lists the flags; the direction comes first, before them
+        print(USAGE)
+    (args,) = parse_recipe([ConvertCheckpointArguments], argv)  # --help is answered here, before the direction
+    setup_logging()
+    if direction is None:
+        raise RecipeError(f"the first argument is the direction: {' or '.join(DIRECTIONS)}")
+    count = convert_checkpoint(
+        direction, args.input, args.output, args.model_config, args.max_shard_size, args.overwrite
+    )
+    sys.stderr.write(f"wrote {count} tensors to {args.output}\n")
+    return 0

@@ -14,13 +14,24 @@ sets must match. The output gets the first input's config, remote-code files, ge
 import json
 import math
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-from instella_recipes.checkpoint.safetensors_io import TensorSource, plan_shards, weight_files, write_shards
-from instella_recipes.core import RecipeError, atomic_output_dir, check_model_folder, get_logger, write_manifest
+from instella_recipes.core import (
+    RecipeError,
+    atomic_output_dir,
+    check_output_dir,
+    exit_on_recipe_error,
+    get_logger,
+    parse_recipe,
+    setup_logging,
+    write_manifest,
+)
+from instella_recipes.weights import check_model_folder
+from instella_recipes.weights.safetensors_io import TensorSource, plan_shards, weight_files, write_shards
 
 logger = get_logger(__name__)
 _IGNORED_CONFIG = {"_name_or_path", "transformers_version", "torch_dtype", "dtype", "architectures_version"}
@@ -108,3 +119,29 @@ def merge(
         write_manifest(partial, "merge", inputs=[str(f) for f in folders], weights=coeffs or uniform, dtype=dtype)
     logger.info(f"merge: wrote the mean of {len(folders)} checkpoints to {out}")
     return out
+
+
+@dataclass
+class MergeArguments:
+    """The settings of `scripts/merge.py`."""
+
+    inputs: list[str] = field(default_factory=list, metadata={"help": "Checkpoint folders to average."})
+    output_dir: str = field(default=None, metadata={"help": "Folder for the merged model."})
+    weights: list[float] | None = field(default=None, metadata={"help": "One weight per input (normalised)."})
+    dtype: str | None = field(default=None, metadata={"help": "Output dtype (default: the inputs' dtype)."})
+    max_shard_size: str = field(default="5GB", metadata={"help": "Largest output shard, e.g. 5GB, 500MB."})
+    overwrite: bool = field(default=False, metadata={"help": "Replace a complete output in output_dir."})
+
+
+@exit_on_recipe_error
+def main(argv: list[str] | None = None) -> int:
+    """`scripts/merge.py`: parse, check the output folder, merge."""
+    (args,) = parse_recipe([MergeArguments], argv)
+    setup_logging()
+    if not args.output_dir:
+        raise RecipeError("set --output_dir")
+    output = check_output_dir(args.output_dir, args.overwrite, inputs=[("an input", path) for path in args.inputs])
+    if output.is_dir() and any(output.iterdir()) and not args.overwrite:
+        raise RecipeError(f"output_dir {output} exists and is not empty; choose another one")
+    merge(args.inputs, args.output_dir, args.weights, args.dtype, args.max_shard_size, args.overwrite)
+    return 0

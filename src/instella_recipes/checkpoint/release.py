@@ -23,18 +23,19 @@ from instella_recipes.core import (
     MANIFEST,
     RecipeError,
     atomic_output_dir,
-    check_model_folder,
     check_output_dir,
-    check_tokenizer_folder,
+    exit_on_recipe_error,
     file_digest,
     get_logger,
-    load_pretrained,
+    parse_recipe,
     read_manifest,
+    setup_logging,
     write_manifest,
 )
-from instella_recipes.pipeline.results import read_eval_results
-
-from .safetensors_io import index_single_file
+from instella_recipes.evaluation.results import read_eval_results
+from instella_recipes.post_training.template import install_chat_template
+from instella_recipes.weights import check_model_folder, check_tokenizer_folder, load_pretrained
+from instella_recipes.weights.safetensors_io import check_model_finite, index_single_file
 
 logger = get_logger(__name__)
 
@@ -259,8 +260,6 @@ def load_for_release(args: ReleaseArguments):
 
     import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
 
-    from .safetensors_io import check_model_finite
-
     dtype = "auto" if args.dtype == "auto" else getattr(torch, args.dtype)
     model = load_pretrained(AutoModelForCausalLM.from_pretrained, args.model_dir, "model_dir", dtype=dtype)
     check_model_finite(model, f"model_dir {args.model_dir}")  # a NaN tensor must not be published
@@ -272,8 +271,6 @@ def load_for_release(args: ReleaseArguments):
     if args.chat_template:
         tokenizer.chat_template = Path(args.chat_template).read_text()
     elif not getattr(tokenizer, "chat_template", None):
-        from instella_recipes.post_training.template import install_chat_template
-
         install_chat_template(tokenizer)
     return model, tokenizer
 
@@ -315,3 +312,12 @@ def release(args: ReleaseArguments) -> Path:
         )  # fmt: skip
         logger.info(f"pushed to https://huggingface.co/{args.repo_id}")
     return output / MANIFEST
+
+
+@exit_on_recipe_error
+def main(argv: list[str] | None = None) -> int:
+    """`scripts/release.py`: parse, then `release`; the exit status."""
+    (args,) = parse_recipe([ReleaseArguments], argv)
+    setup_logging()
+    release(args)
+    return 0

@@ -11,14 +11,16 @@ and optimizer state (Adam moments per parameter, `step`, param_groups) are carri
 kept as they are. The nested structure of the state dict is restored from the metadata's planner data, so the result
 loads with the same `{"model": ..., "optim": ...}` keys as the original.
 
-The HF export reads the model entries in one process (`_load_state_dict_from_keys`, no process group), checks them
+The HF export reads the model entries in one process (`dcp.load(..., no_dist=True)`), checks them
 against the model that `config.json` describes (names and shapes: a mismatch is a clear error before anything is
 written), and writes `save_pretrained` output (safetensors + config) beside the destination, renaming it into place.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -28,7 +30,16 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint._nested_dict import unflatten_state_dict
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
 
-from instella_recipes.core import RecipeError, atomic_output_dir, partial_path, swap_in_folder
+from instella_recipes.core import (
+    RecipeError,
+    atomic_output_dir,
+    exit_on_recipe_error,
+    parse_recipe,
+    partial_path,
+    setup_logging,
+    swap_in_folder,
+)
+from instella_recipes.weights import build_meta_model
 
 OPTIMIZER_PREFIXES = ("optim", "optimizer")
 
@@ -85,8 +96,6 @@ def load_config(config_path: str | Path):
 def check_matches_model(metadata: Metadata, config, model_key: str | None = None) -> None:
     """Raise a `RecipeError` naming the differences if the checkpoint's model (and optimizer) entries do not fit the
     model `config` describes: missing or unexpected parameter names, different shapes."""
-    from instella_recipes.training.flops import build_meta_model
-
     expected = {name: tensor.shape for name, tensor in build_meta_model(config).state_dict().items()}
     found = model_entries(metadata, model_key)
     missing = sorted(set(expected) - set(found))
@@ -174,6 +183,7 @@ def reshard(
     # Without a process group DCP runs single-process by itself (one writer).
     kwargs = {"process_group": group} if distributed else {}
     dcp.load(target, checkpoint_id=str(source), **kwargs)
+    # private: no public DCP function nests a flat state dict by `planner_data` [test_private_apis]
     nested = unflatten_state_dict(target, metadata.planner_data) if metadata.planner_data else target
     dcp.save(nested, checkpoint_id=str(partial), **kwargs)
     if distributed:
@@ -196,9 +206,6 @@ def export_hf(
 ) -> Path:
     """Write the model part of DCP checkpoint `source` as a Hugging Face folder (safetensors + config.json) that
     `AutoModelForCausalLM.from_pretrained(destination)` loads. Single process; the whole model must fit in memory."""
-    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
-
-    from instella_recipes.training.flops import build_meta_model
 
     source, destination = Path(source), Path(destination)
     metadata = read_metadata(source)
@@ -207,9 +214,12 @@ def export_hf(
     if destination.exists() and not overwrite:
         raise RecipeError(f"{destination} already exists: choose a new output directory or pass --overwrite")
     prefix = _model_prefix(metadata, model_key)
-    names = list(model_entries(metadata, model_key))
-    loaded = _load_state_dict_from_keys({prefix + name for name in names}, checkpoint_id=str(source))
-    state = loaded[prefix[:-1]] if prefix else loaded
+    stored = metadata.state_dict_metadata
+    state = {
+        name: torch.empty(size, dtype=stored[prefix + name].properties.dtype)
+        for name, size in model_entries(metadata, model_key).items()
+    }  # filled in place by DCP, read by their flat keys in the checkpoint (`<model_key>.<name>`), in this process only
+    dcp.load({prefix + name: tensor for name, tensor in state.items()}, checkpoint_id=str(source), no_dist=True)
     if dtype:
         state = {k: v.to(getattr(torch, dtype)) for k, v in state.items()}
     model = build_meta_model(config)
@@ -218,3 +228,50 @@ def export_hf(
     with atomic_output_dir(destination, overwrite=overwrite) as partial:
         model.save_pretrained(str(partial))
     return destination
+
+
+@dataclass
+class ReshapeCheckpointArguments:
+    """The settings of `scripts/reshape_checkpoint.py`."""
+
+    input: str = field(default=None, metadata={"help": "DCP checkpoint directory (the one holding .metadata)"})
+    output: str = field(default=None, metadata={"help": "output directory (must not exist unless --overwrite)"})
+    to: str = field(default="dcp", metadata={"help": "dcp: one file per launched process; hf: safetensors folder"})
+    model_config: str = field(
+        default=None, metadata={"help": "config.json (or its folder) of the model; needed for hf"}
+    )
+    model_key: str = field(default=None, metadata={"help": "top-level key of the model state (default: 'model')"})
+    dtype: str = field(default=None, metadata={"help": "hf only: cast weights, e.g. bfloat16"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing output directory"})
+
+
+@exit_on_recipe_error
+def main(argv: list[str] | None = None) -> None:
+    """`scripts/reshape_checkpoint.py`: N -> M writers (launched with M processes), or -> an HF folder (`--to hf`)."""
+    (args,) = parse_recipe([ReshapeCheckpointArguments], argv)
+    setup_logging()
+    if not args.input or not args.output:
+        raise RecipeError("give --input <DCP checkpoint dir> and --output <dir>")
+    if args.to not in ("dcp", "hf"):
+        raise RecipeError(f"--to {args.to!r}: choose dcp or hf")
+    metadata = read_metadata(args.input)
+    if args.to == "hf":
+        if not args.model_config:
+            raise RecipeError("--to hf needs --model_config (the model's config.json or its folder)")
+        if int(os.environ.get("WORLD_SIZE", 1)) > 1:
+            raise RecipeError("--to hf runs in one process: launch without torchrun")
+        path = export_hf(args.input, args.output, args.model_config, model_key=args.model_key, dtype=args.dtype,
+                         overwrite=args.overwrite)  # fmt: skip
+        print(f"wrote Hugging Face model to {path}")
+        return
+    config = load_config(args.model_config) if args.model_config else None
+    if "RANK" in os.environ and not dist.is_initialized():
+        dist.init_process_group("gloo")  # resharding moves tensors through CPU memory; gloo is enough
+    try:
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        path = reshard(args.input, args.output, config=config, model_key=args.model_key, overwrite=args.overwrite)
+        if not dist.is_initialized() or dist.get_rank() == 0:
+            print(f"resharded {args.input} ({writer_count(metadata)} writers) -> {path} ({world} writers)")
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,5 +1,6 @@
 """What every entry point shares: the one bad-input error, the recipe parser, atomic outputs and the output-folder
-rule, manifests, the model-folder check, logging and the repository paths."""
+rule, manifests, logging, `{placeholders}` and `--set VAR=VALUE` (`variables`), and the repository paths. Model
+folders on disk are `instella_recipes.weights`."""
 
 from .checks import check_choice, check_numbers, check_positive, check_range, check_training_length
 from .errors import (
@@ -37,8 +38,8 @@ from .manifest import (
     verify_files,
     write_manifest,
 )
-from .model_folder import check_model_folder, check_tokenizer_folder, load_pretrained, looks_like_hub_id
 from .recipe import check_recipe_keys, config_path, load_recipe_yaml, parse_recipe
+from .variables import fill_placeholders, parse_assignments
 
 __all__ = [
     "atomic_file",
@@ -49,11 +50,9 @@ __all__ = [
     "check_training_length",
     "atomic_output_dir",
     "atomic_write_text",
-    "check_model_folder",
     "check_output_dir",
     "check_output_location",
     "check_path_length",
-    "check_tokenizer_folder",
     "claim_output_dir",
     "complete_stage",
     "empty_folder",
@@ -65,8 +64,6 @@ __all__ = [
     "get_logger",
     "is_main_process",
     "iter_jsonl",
-    "load_pretrained",
-    "looks_like_hub_id",
     "naming_write_failures",
     "partial_path",
     "retract_manifest",
@@ -78,7 +75,9 @@ __all__ = [
     "config_path",
     "exit_on_recipe_error",
     "file_digest",
+    "fill_placeholders",
     "load_recipe_yaml",
+    "parse_assignments",
     "parse_recipe",
     "read_manifest",
     "require_complete",

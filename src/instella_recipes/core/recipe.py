@@ -80,6 +80,7 @@ def check_recipe_keys(path: Path, data: dict, lines: dict[str, int], known: Iter
 
 
 def _option_names(parser) -> set[str]:
+    # private: argparse lists its actions nowhere public [test_private_apis]
     return {option for action in parser._actions for option in action.option_strings}
 
 
@@ -102,6 +103,7 @@ def check_flags(parser, args: list[str]) -> None:
 
 def _merge_repeated_lists(parser, args: list[str]) -> list[str]:
     """`--stage a --stage b` means `--stage a b` for list fields (argparse would keep only the last)."""
+    # private: argparse lists its actions nowhere public [test_private_apis]
     list_flags = {o for a in parser._actions if a.nargs in ("+", "*") for o in a.option_strings}
     values: dict[str, list[str]] = {}
     out, i = [], 0

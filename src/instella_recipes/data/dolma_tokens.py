@@ -3,9 +3,9 @@
 The authors tokenised every pretraining subset with `dolma tokens` (`scripts/prepare_pretrain_data_stage{1,2}.sh`)
 and trained on the `.npy` files it wrote. Their README says `pip install dolma` with no version; the releases of
 that time (1.0.14 to 1.1.2, Sep 2024 - Feb 2025; 1.2.0 came after Instella's release) share one tokeniser code
-path, and this module writes what that path writes, byte for byte (tests/test_dolma_tokens.py runs dolma 1.1.2 from
-PyPI as the oracle). Written here rather than called because dolma pins tokenizers<=0.19.1 and numpy<2, which this
-project's stack cannot install beside it.
+path, and this module writes what that path writes, byte for byte (tests/unit/data/test_dolma_tokens.py runs dolma
+1.1.2 from PyPI as the oracle). Written here rather than called because dolma pins tokenizers<=0.19.1 and numpy<2,
+which this project's stack cannot install beside it.
 
 What dolma does, and so what this does:
 - Input: jsonl files (gzip/zstd/bz2/xz by extension), one JSON object a line with a string `id` and a string
@@ -63,7 +63,7 @@ logger = get_logger(__name__)
 
 
 @dataclass(frozen=True)
-class DolmaSettings:
+class DolmaTokensArguments:
     """`dolma tokens` options that decide the output (the authors set `max_size`, `processes` and `seed`)."""
 
     max_size: int = DOLMA_MAX_SIZE
@@ -126,7 +126,7 @@ def expand_documents(patterns: list[str]) -> list[str]:
     return out
 
 
-def group_paths(paths: list[str], settings: DolmaSettings) -> list[list[str]]:
+def group_paths(paths: list[str], settings: DolmaTokensArguments) -> list[list[str]]:
     """dolma's grouping: shuffle the paths, then step through them `len / processes` at a time (capped by
     `files_per_process`), rounding each boundary, dropping empty slices. Each group becomes one `part-{g}`."""
     paths = list(paths)
@@ -307,7 +307,7 @@ def write_group(
     tokenizer,
     eos_id: int,
     dtype: np.dtype,
-    settings: DolmaSettings,
+    settings: DolmaTokensArguments,
     progress: Callable[[int], None] | None = None,
     sample=None,
 ) -> dict:

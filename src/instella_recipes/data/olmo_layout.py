@@ -53,8 +53,9 @@ from instella_recipes.core import (
 )
 from instella_recipes.data import dolma_tokens
 from instella_recipes.data.chat_text import CHAT_TEXT_CONVERTERS, text_records, write_text_file
-from instella_recipes.data.dolma_tokens import DolmaSettings, check_first_rows, expand_documents, group_paths
+from instella_recipes.data.dolma_tokens import DolmaTokensArguments, check_first_rows, expand_documents, group_paths
 from instella_recipes.data.sampling import DocumentSample, check_sample, sample_files
+from instella_recipes.data.sources import SourceSpec, load_rows
 from instella_recipes.data.tokenizer import load_tokenizer
 
 STAGE = "prepare_data"
@@ -124,8 +125,8 @@ def _is_local(path: str) -> bool:
     return Path(path).exists() or path.startswith((".", "/", "~")) or path.count("/") != 1
 
 
-def _settings(args, source: TokenSource) -> DolmaSettings:
-    return DolmaSettings(
+def _settings(args, source: TokenSource) -> DolmaTokensArguments:
+    return DolmaTokensArguments(
         max_size=source.max_size or args.max_size, processes=source.processes or args.processes,
         batch_size=args.batch_size, ring_size=args.ring_size,
         files_per_process=source.files_per_process or args.files_per_process, seed=args.seed,
@@ -199,8 +200,6 @@ def _matching_files(args, source: TokenSource) -> tuple[list[str], Path]:
 def _converted_text(args, source: TokenSource) -> Path:
     """`raw_dir/<name>/data.jsonl.gz`, the authors' converted chat set; written once, reused while the source is
     the same, never written over a file this tool did not make."""
-    from instella_recipes.data.sources import SourceSpec, load_rows
-
     folder = Path(args.raw_dir or f"{args.output_dir}.text") / source.name
     out, record_path = folder / "data.jsonl.gz", folder / _TEXT_RECORD
     record = {k: getattr(source, k) for k in ("path", "split", "config_name", "revision", "converter", "name")}
@@ -231,7 +230,7 @@ def _converted_text(args, source: TokenSource) -> Path:
     return out
 
 
-def _fingerprint(files: list[str], settings: DolmaSettings, tokenizer_sha: str, source: TokenSource) -> tuple:
+def _fingerprint(files: list[str], settings: DolmaTokensArguments, tokenizer_sha: str, source: TokenSource) -> tuple:
     """A hash over what decides the bytes: each input file (path, size, mtime), the settings and the tokenizer."""
     stats = []
     for path in files:
@@ -379,7 +378,7 @@ class _Plan:
     files: list[str] = field(default_factory=list)  # the rest is filled once its inputs are read
     base: Path | None = None
     total: int = 0
-    settings: DolmaSettings | None = None
+    settings: DolmaTokensArguments | None = None
     digest: str = ""
     inputs: dict = field(default_factory=dict)
 

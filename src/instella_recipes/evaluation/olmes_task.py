@@ -61,6 +61,7 @@ class OlmesTask(ConfigurableTask):
         super().__init__(config=config, **kwargs)
         # Our metrics are computed in process_results, so lm-eval must not look them up in its registry.
         self.config.metric_list = metric_list
+        # private: ConfigurableTask keeps its metric tables in these attributes, no public setter [test_private_apis]
         names = [m["metric"] for m in metric_list]
         self._metric_fn_list = dict.fromkeys(names)
         self._metric_fn_kwargs = {name: {} for name in names}

@@ -1,15 +1,38 @@
-"""Checks of an lm-eval run before any model work, and the exact `lm_eval` command it hands over to.
+"""The evaluation stage (`scripts/evaluate.py`): checks of an lm-eval run before any model work, then the exact
+`lm_eval` command it hands over to, unchanged.
 
-Used by `scripts/evaluate.py`; see its docstring for what is checked and why.
+It runs `lm_eval --model hf --model_args pretrained=<dir>,trust_remote_code=True --include_path eval/tasks
+--tasks ...` (plus the user's extra arguments) after checking, from configs, tokenizers and the task data only:
+- the model folder exists and is a model (config.json readable, tokenizer loadable);
+- every task or group name is known (ours under eval/tasks, or lm-eval's own);
+- the instruct suite (chat-formatted, so `--apply_chat_template` is added) is not mixed with base-model tasks, and the
+  model has a chat template for it;
+- no few-shot prompt (context + continuation, or context + max_gen_toks for generation) is longer than the model's
+  context (lm-eval itself would silently cut the prompt from the left and score a different task).
+The context check builds the requests of tasks whose data is local (the offline suites); online tasks are checked
+for their names only, since building them downloads the datasets.
 """
 
+import os
 import re
 import shutil
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from instella_recipes.core import RecipeError, check_model_folder, did_you_mean
+from instella_recipes.core import (
+    RecipeError,
+    check_range,
+    did_you_mean,
+    exit_on_recipe_error,
+    get_logger,
+    parse_recipe,
+    setup_logging,
+)
 from instella_recipes.core.paths import TASKS_DIR
+from instella_recipes.weights import check_model_folder
+
+logger = get_logger(__name__)
 
 CHAT_SUITES = ("instella_instruct",)  # run with the model's chat template (and nothing else in the same run)
 
@@ -60,12 +83,10 @@ def split_tasks(names: list[str]):
 def _needs_hub(manager, name: str) -> bool:
     """Whether one of our tasks or groups reads a Hub dataset: a task without shipped data (`custom_dataset`), or a
     group with such a member or one that exists only in lm-eval's own index (the online suites)."""
-    from lm_eval.tasks._yaml_loader import load_yaml
-
     entry = manager.task_index[name]
     if entry.yaml_path is None:
         return False
-    cfg = load_yaml(entry.yaml_path, resolve_func=False)
+    cfg = entry.cfg  # the YAML as the index read it (includes merged, functions unresolved)
     if "group" not in cfg:
         return "custom_dataset" not in cfg
     members = cfg.get("task")
@@ -142,6 +163,7 @@ def lm_eval_command(args, extra: list[str]) -> list[str]:
 def is_chat(tasks: list[str]) -> bool:
     """Whether the tasks are the instruct table's (OLMES renders them with the model's chat template). Mixing them
     with base-model tasks in one run is refused: lm-eval applies the chat template to every task or to none."""
+    # olmes_settings imports lm-eval's task machinery (1.5 s): loaded only once the cheap checks have passed
     from instella_recipes.evaluation import olmes_settings
 
     chat_tasks = {s.name for s in olmes_settings.all_settings() if s.chat}
@@ -158,3 +180,40 @@ def preflight(model_dir, tasks, num_fewshot=None, limit=None) -> int:
     chat = is_chat(list(tasks))
     manager, local, _upstream = split_tasks(tasks)
     return check_context(local, manager, config, tokenizer, num_fewshot, limit, chat) if local else 0
+
+
+# --- the command (scripts/evaluate.py) ------------------------------------------------------------------------------
+@dataclass
+class EvaluateArguments:
+    """The settings of `scripts/evaluate.py` (arguments after `--` go to `lm_eval` unchanged)."""
+
+    model_dir: str = field(default=None, metadata={"help": "Model folder (a stage output or a save_pretrained one)."})
+    tasks: str = field(default=None, metadata={"help": "Comma-separated tasks or groups (ours under eval/tasks)."})
+    num_fewshot: int | None = field(default=None, metadata={"help": "Override every task's few-shot count."})
+    limit: int | None = field(default=None, metadata={"help": "Evaluate only this many documents per task."})
+    output_path: str | None = field(default=None, metadata={"help": "lm-eval's --output_path."})
+    check_only: bool = field(default=False, metadata={"help": "Run the checks, not the evaluation."})
+
+    def __post_init__(self):
+        if not self.model_dir or not self.tasks:
+            raise ValueError("--model_dir and --tasks are required")
+        check_range("num_fewshot", self.num_fewshot, 0, integer=True, allow_none=True)
+        check_range("limit", self.limit, 1, integer=True, allow_none=True)
+        self.task_list = [t for t in self.tasks.split(",") if t]
+
+
+@exit_on_recipe_error
+def main(argv: list[str] | None = None) -> int:
+    """`scripts/evaluate.py`: the checks, then `lm_eval` in this process's place (unless --check_only)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    (args,) = parse_recipe([EvaluateArguments], argv)
+    setup_logging()
+    checked = preflight(args.model_dir, args.task_list, args.num_fewshot, args.limit)
+    logger.info(f"checks passed ({checked} requests fit the model's context)")
+    if args.check_only:
+        return 0
+    cmd = lm_eval_command(args, extra)
+    os.execv(cmd[0], cmd)  # the real CLI, in this process's place
+    return 0  # unreachable

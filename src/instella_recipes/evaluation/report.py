@@ -1,19 +1,28 @@
-"""The evaluation report: lm-eval results beside the published numbers, as a markdown table and a bar chart.
+"""The evaluation report (`scripts/eval_report.py`): lm-eval results beside the published numbers, as a markdown table
+and a grouped bar chart (PNG).
 
-See `scripts/eval_report.py` for the rules (which metric, which scale, how averages are computed).
+`results` are lm-eval result JSON files (`results_<date>.json`) or the folders lm-eval wrote them into (the newest
+file under each folder is read). Each becomes one row. Scores are read per suite member with the metric the suite
+reports (`evaluation/tasks.py` SUITES), from the online task name or, failing that, its offline twin (rows built from
+offline tasks are marked, since those are sample items, not the benchmark). Our fractions are scaled like the
+published table (percent for Instella, fractions for AMD-Llama-135m). The average is computed the authors' way: the
+plain mean of all columns, MT-Bench included on its 0-10 scale; a row missing a column gets its average over the
+columns it has, marked with the count.
 """
 
 import json
 import math
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from instella_recipes.core import RecipeError
+from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.core.paths import PUBLISHED_DIR
 from instella_recipes.evaluation.olmes_settings import CAVEATS
+from instella_recipes.evaluation.results import eval_result_files
 from instella_recipes.evaluation.tasks import SUITES, TINY_WORLD_METRICS
-from instella_recipes.pipeline.results import eval_result_files
 
 
 def load_published(suite: str) -> dict:
@@ -189,3 +198,42 @@ def write_report(suite, result_files, output_dir, names=None, judge=None) -> tup
     table.write_text(f"# {suite}\n\n" + markdown_table(published, rows))
     png = bar_chart(published, rows, output_dir / f"{suite}.png")
     return table, png
+
+
+# --- the command (scripts/eval_report.py) ---------------------------------------------------------------------------
+@dataclass
+class EvalReportArguments:
+    """The settings of `scripts/eval_report.py`."""
+
+    suite: str = field(default=None, metadata={"help": "A suite of eval/published, or tiny_world."})
+    results: list[str] = field(default_factory=list, metadata={"help": "lm-eval result JSON files or folders."})
+    names: list[str] | None = field(default=None, metadata={"help": "Row names, in the order of --results."})
+    judge: list[str] = field(default_factory=list, metadata={"help": "Judge scores, e.g. AE2=17.5 MT-B=7.1."})
+    output_dir: str = field(default=None, metadata={"help": "Folder for <suite>.md and <suite>.png."})
+
+    def __post_init__(self):
+        if not self.suite or not self.results or not self.output_dir:
+            raise ValueError("--suite, --results and --output_dir are required")
+
+
+def parse_judge(items: list[str]) -> dict[str, float]:
+    """`["AE2=17.1", "MT-B=7.0"]` -> `{"AE2": 17.1, "MT-B": 7.0}`; a clear error for anything else."""
+    out = {}
+    for item in items:
+        label, sep, value = item.partition("=")
+        try:
+            out[label] = float(value) if sep else float("x")
+        except ValueError as error:
+            raise RecipeError(f"--judge expects LABEL=NUMBER, got {item!r}") from error
+    return out
+
+
+@exit_on_recipe_error
+def main(argv: list[str] | None = None) -> int:
+    """`scripts/eval_report.py`: write `<suite>.md` and `<suite>.png`; the table is also this command's output."""
+    (args,) = parse_recipe([EvalReportArguments], argv)
+    setup_logging()
+    table, png = write_report(args.suite, args.results, args.output_dir, args.names, parse_judge(args.judge))
+    sys.stdout.write(table.read_text())  # the table is this command's output
+    sys.stderr.write(f"wrote {table} and {png}\n")
+    return 0

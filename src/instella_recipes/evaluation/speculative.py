@@ -19,7 +19,9 @@ The counts come from the candidate generator itself: transformers 5.23 calls `ge
 new candidate length) and then `update_candidate_strategy(..., num_matches)` (accepted tokens) once per round.
 """
 
+import json
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +31,19 @@ from transformers import DynamicCache, LogitsProcessorList, TemperatureLogitsWar
 from transformers.generation.candidate_generator import AssistedCandidateGenerator
 from transformers.utils import logging
 
-from instella_recipes.core import RecipeError, check_model_folder, iter_jsonl
+from instella_recipes.core import (
+    RecipeError,
+    atomic_write_text,
+    check_positive,
+    check_range,
+    exit_on_recipe_error,
+    iter_jsonl,
+    parse_recipe,
+    setup_logging,
+)
 from instella_recipes.evaluation import humaneval
+from instella_recipes.sandbox import SandboxPool, SandboxUnavailable
+from instella_recipes.weights import check_model_folder
 
 logger = logging.get_logger(__name__)
 
@@ -182,6 +195,7 @@ class DraftLoopCandidateGenerator(AssistedCandidateGenerator):
     logits processors, EOS masked before `min_new_tokens`, a stop at EOS. Used only where that is all `generate()`
     would do (see `draft_loop_applies`)."""
 
+    # private: the step `get_candidates` delegates the draft to; no public hook replaces only it [test_private_apis]
     def _generate_candidates(self, generation_args: dict) -> tuple[torch.LongTensor, torch.Tensor]:
         sequences = generation_args[self.input_ids_key]
         cache = self.assistant_kwargs.get("past_key_values")
@@ -225,12 +239,14 @@ def count_drafts(target, counts: DraftCounts, draft_loop: bool = False) -> None:
     """Wrap the candidate generator that `target.generate(assistant_model=...)` builds, so each round adds its
     drafted tokens (candidate length) and accepted tokens (`num_matches`) to `counts`; with `draft_loop`, the
     generator runs its draft as `DraftLoopCandidateGenerator` wherever `draft_loop_applies`."""
+    # private: generate() builds its candidate generator here; no public argument hands it one [test_private_apis]
     build = type(target)._get_candidate_generator
 
     def counted_generator(*args, **kwargs):
         generator = build(target, *args, **kwargs)
         if draft_loop and draft_loop_applies(generator):
             # the subclass only replaces how candidates are drafted; the state built by the parent's __init__ stays
+            # (re-running __init__ on the same arguments would redo the parent's set-up, so the class is swapped)
             generator.__class__ = DraftLoopCandidateGenerator
         get_candidates, update = generator.get_candidates, generator.update_candidate_strategy
         last_drafted = [0]
@@ -427,3 +443,77 @@ def format_markdown(summaries: list[dict]) -> str:
             f"{s['identical_outputs']}/{s['prompts']} | {s['pass@1_base']:.2f} | {s['pass@1_assisted']:.2f} |"
         )
     return "\n".join(lines)
+
+
+# --- the command (scripts/speculative.py) ---------------------------------------------------------------------------
+MODES = ("greedy", "sampled")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass
+class SpeculativeArguments:
+    """The settings of `scripts/speculative.py`."""
+
+    target: str = field(default=None, metadata={"help": "Target model folder (HF format)."})
+    draft: str = field(default=None, metadata={"help": "Draft model folder (the target's tokenizer or a prefix)."})
+    prompts: str = field(default=HUMANEVAL, metadata={"help": "`humaneval`, or a jsonl of problems."})
+    modes: list[str] = field(default_factory=lambda: list(MODES), metadata={"help": "greedy and/or sampled."})
+    max_new_tokens: int = field(default=512, metadata={"help": "Tokens generated per prompt."})
+    num_assistant_tokens: int | None = field(default=None, metadata={"help": "Draft tokens per round (constant)."})
+    limit: int | None = field(default=None, metadata={"help": "Only the first N prompts."})
+    repeats: int = field(default=3, metadata={"help": "Interleaved timed passes over the prompts."})
+    timeout: float = field(default=humaneval.DEFAULT_TIMEOUT, metadata={"help": "Seconds per HumanEval program."})
+    execute: bool = field(default=True, metadata={"help": "Score pass@1 in the sandbox (--no-execute skips it)."})
+    dtype: str = field(default="float32", metadata={"help": "float32, bfloat16 or float16."})
+    draft_loop: bool = field(
+        default=True,
+        metadata={"help": "Greedy drafts by a plain forward loop (same tokens, no per-round generate() call); "
+                  "--no-draft-loop keeps transformers' candidate generator."},
+    )  # fmt: skip
+    output: str | None = field(default=None, metadata={"help": "Write the summaries as JSON here."})
+
+    def __post_init__(self):
+        if not (self.target and self.draft):
+            raise RecipeError("--target and --draft are required (model folders)")
+        if unknown := sorted(set(self.modes) - set(MODES)):
+            raise RecipeError(f"modes: unknown {unknown}; choose from {list(MODES)}")
+        if self.dtype not in DTYPES:
+            raise RecipeError(f"dtype: {self.dtype!r} is not one of {list(DTYPES)}")
+        check_positive(self, "repeats", "max_new_tokens")
+        check_range("limit", self.limit, 1, integer=True, allow_none=True)
+        check_range("num_assistant_tokens", self.num_assistant_tokens, 1, integer=True, allow_none=True)
+        check_range("timeout", self.timeout, 0, low_open=True, hint="seconds per HumanEval program")
+
+
+@exit_on_recipe_error
+def main(argv: list[str] | None = None) -> int:
+    """`scripts/speculative.py`: each mode with and without the draft; prints a markdown table (and writes JSON)."""
+    (args,) = parse_recipe([SpeculativeArguments], argv)
+    setup_logging()
+    prompts = load_prompts(args.prompts)
+    try:  # the sandbox before the models: without bubblewrap nothing is loaded or generated
+        pool = SandboxPool(humaneval.sandbox_config(args.timeout)) if args.execute else None
+    except SandboxUnavailable as error:
+        raise RecipeError(f"{error} (or pass --no-execute to skip pass@1)") from None
+    try:
+        target, draft, tokenizer = load_pair(args.target, args.draft, getattr(torch, args.dtype))
+        context = context_length(target, draft)
+        prompts, skipped = prompts_that_fit(prompts, tokenizer, context, args.max_new_tokens, args.limit)
+        if skipped:
+            print(f"{skipped} prompt(s) passed over: with {args.max_new_tokens} new tokens they exceed the models' "
+                  f"{context}-token context", file=sys.stderr)  # fmt: skip
+        if args.num_assistant_tokens:
+            set_draft_length(draft, args.num_assistant_tokens)
+        fit = {"prompts_skipped_too_long": skipped, "context_tokens": context}
+        summaries = [
+            run_mode(target, draft, tokenizer, prompts, mode, args.max_new_tokens, repeats=args.repeats, pool=pool,
+                     draft_loop=args.draft_loop).summary() | fit
+            for mode in args.modes
+        ]  # fmt: skip
+    finally:
+        if pool is not None:
+            pool.close()
+    print(format_markdown(summaries))
+    if args.output:
+        atomic_write_text(args.output, json.dumps(summaries, indent=2))
+    return 0

@@ -9,8 +9,9 @@ Two kinds of suites:
   settings (`olmes_settings.py`: one `eval/tasks/olmes/olmes_*.yaml` per OLMES task, and groups that average them as
   OLMES does). Their offline twins run the same settings over the shipped rows (the data source is all that differs).
 - `amd_llama_135m`: lm-eval's own tasks (that model card was measured with lm-eval). Each offline task is a copy of
-  the upstream YAML as lm-eval itself loads it (`load_yaml`, includes merged), with `!function` references rewritten
-  to the importable `lm_eval.tasks.<folder>.<module>.<fn>`. A test asserts that the logic keys equal upstream's.
+  the upstream YAML as lm-eval itself loads it (`TaskManager`'s index, includes merged), with `!function` references
+  rewritten to the importable `lm_eval.tasks.<folder>.<module>.<fn>`. A test asserts that the logic keys equal
+  upstream's.
 
 Offline data: `dataset_path: json`, the shipped files in `dataset_kwargs.data_files`, loaded by
 `custom_dataset: !function _data.load`, which finds them relative to the YAML rather than the current directory.
@@ -24,12 +25,12 @@ from pathlib import Path
 
 import lm_eval
 import yaml
-from lm_eval.tasks._yaml_loader import load_yaml
 
+from instella_recipes.core import exit_on_recipe_error, get_logger, parse_recipe, setup_logging
 from instella_recipes.core.paths import EVAL_DIR, TASKS_DIR
 from instella_recipes.data.tiny_world import TinyWorld
 from instella_recipes.evaluation import olmes_settings as olmes
-from instella_recipes.evaluation.olmes_settings import FunctionRef
+from instella_recipes.evaluation.olmes_settings import FunctionRef, upstream_task_config
 
 OFFLINE_DIR = TASKS_DIR / "offline"
 OLMES_DIR = TASKS_DIR / "olmes"
@@ -218,7 +219,7 @@ _Dumper.add_representer(FunctionRef, lambda dumper, value: dumper.represent_scal
 
 
 def _upstream_function(path_string: str) -> FunctionRef:
-    """`<lm_eval/tasks>/hellaswag/utils.process_docs` (what load_yaml returns unresolved) -> importable name."""
+    """`<lm_eval/tasks>/hellaswag/utils.process_docs` (as lm-eval's index leaves it unresolved) -> importable name."""
     relative = Path(path_string).relative_to(UPSTREAM_DIR).as_posix()
     return FunctionRef("lm_eval.tasks." + relative.replace("/", "."))
 
@@ -235,7 +236,7 @@ def _rewrite_functions(value):
 
 def upstream_config(upstream_yaml: str) -> dict:
     """The upstream task config as lm-eval loads it (includes merged), functions as importable references."""
-    return _rewrite_functions(load_yaml(UPSTREAM_DIR / upstream_yaml, resolve_func=False, recursive=True))
+    return _rewrite_functions(upstream_task_config(UPSTREAM_DIR / upstream_yaml))
 
 
 def offline_config(upstream_name: str, spec: OfflineTask) -> dict:
@@ -312,3 +313,32 @@ def generated_files() -> dict[Path, str]:
 def stale_files() -> list[Path]:
     """Generated files that are missing or differ from what is shipped."""
     return [p for p, text in generated_files().items() if not p.is_file() or p.read_text() != text]
+
+
+# --- the command (scripts/make_eval_tasks.py) -----------------------------------------------------------------------
+logger = get_logger(__name__)
+
+
+@dataclass
+class MakeEvalTasksArguments:
+    """The settings of `scripts/make_eval_tasks.py`."""
+
+    check: bool = field(default=False, metadata={"help": "Only report YAMLs that differ; exit 1 if any."})
+
+
+@exit_on_recipe_error
+def main(argv: list[str] | None = None) -> int:
+    """`scripts/make_eval_tasks.py`: rewrite eval/tasks/, or (`--check`) exit 1 if a shipped file differs."""
+    (args,) = parse_recipe([MakeEvalTasksArguments], argv)
+    setup_logging()
+    if args.check:
+        stale = stale_files()
+        for path in stale:
+            logger.error(f"stale: {path} (run python scripts/make_eval_tasks.py)")
+        return 1 if stale else 0
+    files = generated_files()
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    logger.info(f"wrote {len(files)} YAMLs under {TASKS_DIR}")
+    return 0

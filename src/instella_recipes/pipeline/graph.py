@@ -21,9 +21,14 @@ The file format (see docs/pipeline.md):
         args: {inputs: "{stage2}"}       # ... and expands to their output folders (several arguments)
 
 Placeholders in args, output and env: `{output}` (this stage's folder), `{run}` (the output_dir), `{root}` (the
-repository), `{<stage>}` (that stage's output folder), matrix keys, and `vars`. Everything is checked before any
-stage runs: unknown keys (with file:line), unknown inputs, cycles, unknown placeholders, missing scripts and recipe
-files.
+repository), `{<stage>}` (that stage's output folder), matrix keys, and `vars` (the project's one placeholder
+syntax, `instella_recipes.core.variables`). Everything is checked before any stage runs: unknown keys (with
+file:line), unknown inputs, cycles, unknown placeholders, missing scripts and recipe files.
+
+`load_pipeline` resolves every stage once, into `stage.resolved` (a `ResolvedStage`: its argv, arguments,
+environment, the recipe it runs with `recipe_overrides` merged in, and every path it has under the output_dir). Both
+executors (`runner`: here, one stage after another; `slurm`: one sbatch job per stage) read that object and never
+render a stage again.
 """
 
 import itertools
@@ -37,9 +42,9 @@ import yaml
 
 from instella_recipes.core import RecipeError, did_you_mean
 from instella_recipes.core.paths import REPO_ROOT as ROOT
+from instella_recipes.core.variables import PLACEHOLDER, fill_placeholders
 
 NAME = re.compile(r"^[A-Za-z0-9_]+$")
-PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 TOP_KEYS = {"output_dir", "env", "vars", "stages", "description", "slurm"}
 STAGE_KEYS = {
     "name",
@@ -65,6 +70,27 @@ SLURM_KEYS = {
 }  # fmt: skip
 
 
+@dataclass(frozen=True)
+class ResolvedStage:
+    """One stage resolved once, when its pipeline is loaded: what it runs, and where its files are. Both executors
+    run exactly this; the run record and the stage identity (`runner.fingerprint`) are made from it."""
+
+    argv: list[str]  # the full command line: entry point (through `accelerate launch`), --config, then `args`
+    args: list[str]  # the stage's `args` with every placeholder filled (part of its identity)
+    env: dict[str, str]  # the pipeline's `env`, then the stage's (filled): what the stage adds to os.environ
+    recipe_file: Path | None  # the `recipe` as found (from the working directory, else the repository)
+    recipe_text: str | None  # that recipe with `recipe_overrides` merged in (None: it runs as is)
+    recipe_copy: Path | None  # where `recipe_text` is written before the run (and what --config names)
+    accelerate_config: Path | None  # the `accelerate_config` as found
+    # Every path the stage has under the output_dir, decided here only:
+    output: Path  # <output_dir>/<output>: what the stage writes, manifest.json last
+    log: Path  # <output_dir>/logs/<name>.log: the stage's output
+    record: Path  # <output_dir>/pipeline/<name>.json: the run record
+    lock: Path  # <output folder>.lock: held while a run writes the folder
+    slurm_log: Path  # <output_dir>/logs/<name>.slurm.log: the batch script's own output (Slurm executor)
+    job_record: Path  # <output_dir>/pipeline/<name>.slurm.json: the stage's job id (Slurm executor)
+
+
 @dataclass
 class Stage:
     """One runnable stage (a matrix entry expands to several, sharing `group`)."""
@@ -84,6 +110,7 @@ class Stage:
     description: str = ""
     where: str = ""  # file:line of its YAML entry, for error messages
     slurm: dict = field(default_factory=dict)  # this stage's Slurm resources, the top-level defaults merged in
+    resolved: ResolvedStage | None = field(default=None, repr=False)  # set once by `load_pipeline`
 
 
 @dataclass
@@ -223,20 +250,45 @@ def _expand_stage(entry: dict, group: str, where: str, slurm: dict) -> list[Stag
 
 def _resolve_stages(pipeline: Pipeline) -> None:
     """Substitute every placeholder and check every file now, before anything runs; outputs first (other stages'
-    placeholders refer to them), each a distinct folder inside the output_dir."""
+    placeholders refer to them), each a distinct folder inside the output_dir. Each stage is then resolved once."""
     for stage in pipeline.stages:
-        stage.output = substitute(pipeline, stage, stage.output, "output")
+        stage.output = substitute(_values_without_outputs(pipeline, stage), stage, stage.output, "output")
         if not isinstance(stage.output, str) or Path(stage.output).is_absolute() or ".." in Path(stage.output).parts:
             raise RecipeError(f"{stage.where}: output '{stage.output}' must be a folder inside the output_dir")
-    for stage in pipeline.stages:
-        stage.env = {k: substitute(pipeline, stage, v, f"env.{k}") for k, v in stage.env.items()}
-        command_line(pipeline, stage)
-        if stage.recipe_overrides and not stage.recipe:
-            raise RecipeError(f"{stage.where}: stage '{stage.name}' has recipe_overrides but no recipe")
-        render_recipe(pipeline, stage)
     outputs = [s.output for s in pipeline.stages]
     if len(set(outputs)) != len(outputs):
         raise RecipeError(f"{pipeline.path}: two stages write the same output folder ({outputs})")
+    for stage in pipeline.stages:
+        stage.resolved = resolve_stage(pipeline, stage)
+
+
+def resolve_stage(pipeline: Pipeline, stage: Stage) -> ResolvedStage:
+    """The stage's command line, environment, merged recipe and paths (placeholders filled, files found). Called
+    once per stage by `load_pipeline`; read `stage.resolved` instead of calling it again."""
+    values = placeholder_values(pipeline, stage)
+    if stage.recipe_overrides and not stage.recipe:
+        raise RecipeError(f"{stage.where}: stage '{stage.name}' has recipe_overrides but no recipe")
+    recipe_file = Path(_existing(stage.recipe, stage, "recipe")) if stage.recipe else None
+    config = Path(_existing(stage.accelerate_config, stage, "accelerate config")) if stage.accelerate_config else None
+    args = _arguments(values, stage)
+    output = pipeline.output_of(stage)
+    logs, records = pipeline.output_dir / "logs", pipeline.output_dir / "pipeline"
+    recipe_copy = records / "recipes" / f"{stage.name}.yaml" if stage.recipe_overrides else None
+    return ResolvedStage(
+        argv=_command(stage, config, recipe_copy or recipe_file) + args,
+        args=args,
+        env={**pipeline.env, **{k: substitute(values, stage, v, f"env.{k}") for k, v in stage.env.items()}},
+        recipe_file=recipe_file,
+        recipe_text=render_recipe(pipeline, stage, values) if recipe_copy else None,
+        recipe_copy=recipe_copy,
+        accelerate_config=config,
+        output=output,
+        log=logs / f"{stage.name}.log",
+        record=records / f"{stage.name}.json",
+        lock=output.with_name(output.name + ".lock"),
+        slurm_log=logs / f"{stage.name}.slurm.log",
+        job_record=records / f"{stage.name}.slurm.json",
+    )
 
 
 def load_pipeline(path: str | Path, output_dir: str | Path | None = None, overrides: dict | None = None) -> Pipeline:
@@ -312,44 +364,44 @@ def _topological(pipeline: Pipeline) -> list[Stage]:
     return order
 
 
-def placeholder_values(pipeline: Pipeline, stage: Stage) -> dict:
-    """Every value a `{name}` in this stage may refer to (lists for matrix names)."""
+def _values_without_outputs(pipeline: Pipeline, stage: Stage) -> dict:
+    """What a stage's `output` may refer to: `vars`, its matrix values, `{run}` and `{root}` (not other folders)."""
     values = {str(k): v for k, v in pipeline.vars.items()}
-    for other in pipeline.stages:
-        values[other.name] = str(pipeline.output_dir / other.output)
-    for group, names in pipeline.groups.items():
-        values[group] = [str(pipeline.output_dir / pipeline.stage(n).output) for n in names]
     values.update({str(k): v for k, v in stage.values.items()})
     values["run"] = str(pipeline.output_dir)
     values["root"] = str(ROOT)  # the repository (for data files of tools run from another directory)
-    values["output"] = str(pipeline.output_dir / stage.output)
     return values
 
 
-def substitute(pipeline: Pipeline, stage: Stage, text, what: str) -> str | list[str]:
-    """Fill `{placeholders}`; a value that is exactly one matrix placeholder becomes a list of folders."""
+def placeholder_values(pipeline: Pipeline, stage: Stage) -> dict:
+    """Every value a `{name}` in this stage may refer to (lists for matrix names); the stages' outputs resolved."""
+    values = {str(k): v for k, v in pipeline.vars.items()}
+    for other in pipeline.stages:
+        values[other.name] = str(pipeline.output_of(other))
+    for group, names in pipeline.groups.items():
+        values[group] = [str(pipeline.output_of(pipeline.stage(n))) for n in names]
+    values.update(_values_without_outputs(pipeline, stage))
+    values["output"] = str(pipeline.output_of(stage))
+    return values
+
+
+def substitute(values: dict, stage: Stage, text, what: str) -> str | list[str] | None:
+    """Fill `{placeholders}` from `values` (`placeholder_values`); a value that is exactly one matrix placeholder
+    becomes a list of folders, exactly one var set to null becomes None (the argument is left out)."""
     if not isinstance(text, str):
         return str(text) if not isinstance(text, bool) else str(text).lower()
-    values = placeholder_values(pipeline, stage)
+    where = f"{stage.where}: stage '{stage.name}' {what}"
     whole = PLACEHOLDER.fullmatch(text)
-    if whole and (
-        isinstance(values.get(whole.group(1)), list) or (whole.group(1) in values and values[whole.group(1)] is None)
-    ):
-        return values[whole.group(1)]  # several folders, or None: a var set to null leaves the argument out
-
-    def fill(match):
-        key = match.group(1)
-        if key not in values:
-            hint = did_you_mean(key, values, "add it to `vars`")
-            raise RecipeError(f"{stage.where}: stage '{stage.name}' {what}: unknown placeholder {{{key}}} ({hint})")
-        if isinstance(values[key], list):
+    value = values.get(whole.group(1), "") if whole else ""
+    if value is None or isinstance(value, list):
+        return value
+    for name in PLACEHOLDER.findall(text):
+        if isinstance(values.get(name), list):
             raise RecipeError(
-                f"{stage.where}: stage '{stage.name}' {what}: {{{key}}} stands for several folders, so it must be "
-                f'the whole value (e.g. `inputs: "{{{key}}}"`)'
+                f"{where}: {{{name}}} stands for several folders, so it must be the whole value "
+                f'(e.g. `inputs: "{{{name}}}"`)'
             )
-        return str(values[key])
-
-    return PLACEHOLDER.sub(fill, text)
+    return fill_placeholders(text, values, where, otherwise="add it to `vars`")
 
 
 def _existing(path: str, stage: Stage, what: str) -> str:
@@ -367,11 +419,12 @@ def _program(name: str) -> str:
     return str(beside) if beside.exists() else name
 
 
-def _arguments(pipeline: Pipeline, stage: Stage) -> list[str]:
+def _arguments(values: dict, stage: Stage) -> list[str]:
+    """The stage's `args` as command-line words (`--key value`, or the list as given), placeholders filled."""
     if isinstance(stage.args, list):
         out = []
         for item in stage.args:
-            value = substitute(pipeline, stage, item, "args")
+            value = substitute(values, stage, item, "args")
             out += value if isinstance(value, list) else [value]
         return out
     if not isinstance(stage.args, dict):
@@ -386,40 +439,30 @@ def _arguments(pipeline: Pipeline, stage: Stage) -> list[str]:
         elif isinstance(value, list):
             items = []
             for item in value:
-                filled = substitute(pipeline, stage, item, f"args.{key}")
+                filled = substitute(values, stage, item, f"args.{key}")
                 items += filled if isinstance(filled, list) else [filled]
             out += [flag, *items]
         else:
-            filled = substitute(pipeline, stage, value, f"args.{key}")
+            filled = substitute(values, stage, value, f"args.{key}")
             if filled is not None:
                 out += [flag, *filled] if isinstance(filled, list) else [flag, filled]
     return out
 
 
-def command_line(pipeline: Pipeline, stage: Stage) -> list[str]:
-    """The argv a stage runs: entry point (through accelerate when asked), `--config recipe`, then its args."""
+def _command(stage: Stage, accelerate_config: Path | None, recipe: Path | None) -> list[str]:
+    """The argv before the stage's args: entry point (through accelerate when asked), then `--config recipe`."""
     words = shlex.split(stage.command)
     if words[0].endswith(".py"):
         script = _existing(words[0], stage, "entry point")
-        if stage.accelerate_config:
-            config = _existing(stage.accelerate_config, stage, "accelerate config")
-            argv = [_program("accelerate"), "launch", "--config_file", config, script, *words[1:]]
+        if accelerate_config is not None:
+            argv = [_program("accelerate"), "launch", "--config_file", str(accelerate_config), script, *words[1:]]
         else:
             argv = [sys.executable, script, *words[1:]]
     elif words[0] in ("python", "python3"):
         argv = [sys.executable, *words[1:]]
     else:
         argv = [_program(words[0]), *words[1:]]
-    if stage.recipe:
-        argv += ["--config", str(resolved_recipe_path(pipeline, stage) or _existing(stage.recipe, stage, "recipe"))]
-    return argv + _arguments(pipeline, stage)
-
-
-def resolved_recipe_path(pipeline: Pipeline, stage: Stage) -> Path | None:
-    """Where a stage with `recipe_overrides` gets its merged recipe written (None: it runs its recipe as is)."""
-    if not stage.recipe_overrides:
-        return None
-    return pipeline.output_dir / "pipeline" / "recipes" / f"{stage.name}.yaml"
+    return argv + (["--config", str(recipe)] if recipe is not None else [])
 
 
 def _merge(base, override):
@@ -428,26 +471,28 @@ def _merge(base, override):
     return override
 
 
-def _fill(pipeline: Pipeline, stage: Stage, value, what: str):
+def _fill(values: dict, stage: Stage, value, what: str):
     if isinstance(value, dict):
-        return {k: _fill(pipeline, stage, v, f"{what}.{k}") for k, v in value.items()}
+        return {k: _fill(values, stage, v, f"{what}.{k}") for k, v in value.items()}
     if isinstance(value, list):
-        return [_fill(pipeline, stage, v, what) for v in value]
+        return [_fill(values, stage, v, what) for v in value]
     if isinstance(value, str):
-        filled = substitute(pipeline, stage, value, what)
+        filled = substitute(values, stage, value, what)
         return yaml.safe_load(filled) if PLACEHOLDER.fullmatch(value) and isinstance(filled, str) else filled
     return value
 
 
-def render_recipe(pipeline: Pipeline, stage: Stage) -> str | None:
+def render_recipe(pipeline: Pipeline, stage: Stage, values: dict | None = None) -> str | None:
     """The recipe text a stage runs with `recipe_overrides` merged in (mappings merged key by key, anything else
-    replaced; placeholders filled). Its first comment line (hardware, batch) is kept and the origin stated."""
+    replaced; placeholders filled). Its first comment line (hardware, batch) is kept and the origin stated.
+    `load_pipeline` calls it once per stage (`stage.resolved.recipe_text`)."""
     if not stage.recipe_overrides:
         return None
+    values = placeholder_values(pipeline, stage) if values is None else values
     source = Path(_existing(stage.recipe, stage, "recipe"))
     text = source.read_text()
     base = yaml.safe_load(text) or {}
-    merged = _merge(base, _fill(pipeline, stage, stage.recipe_overrides, "recipe_overrides"))
+    merged = _merge(base, _fill(values, stage, stage.recipe_overrides, "recipe_overrides"))
     first = text.splitlines()[0] if text.startswith("#") else "#"
     header = f"{first}\n# {stage.recipe} with the overrides of stage '{stage.name}' in {pipeline.path}\n"
     return header + yaml.safe_dump(merged, sort_keys=False, default_flow_style=None)

@@ -24,8 +24,7 @@ import yaml
 
 from instella_recipes.core import RecipeError
 from instella_recipes.core.paths import REPO_ROOT
-
-from .results import loss_history, read_eval_results, speculative_results
+from instella_recipes.evaluation.results import loss_history, read_eval_results, speculative_results
 
 KINDS = {
     "loss": {"stage", "first", "last"},

@@ -4,7 +4,10 @@ lm-eval result JSONs in the evaluation outputs, and the speculative-decoding sum
 
 Sections: wall time per stage, loss curves (one chart per stage; the seeds of a matrix stage such as stage 2 share a
 chart), evaluation scores per evaluated stage side by side, speculative decoding. Plots are drawn with matplotlib's
-Agg backend (no display needed). Entry point: `scripts/pipeline_report.py`.
+Agg backend (no display needed). Entry point: `scripts/pipeline_report.py` (`main` here):
+
+    python scripts/pipeline_report.py --run_dir runs/demo --expect eval/expected/tiny_demo.yaml
+    # -> runs/demo/report.md + PNG plots in runs/demo/report/; the run checked against a healthy run's ranges
 """
 
 import contextlib
@@ -12,6 +15,7 @@ import json
 import os
 import platform
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -20,14 +24,19 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from instella_recipes.core import RecipeError, atomic_write_text  # noqa: E402
-from instella_recipes.pipeline.health import health_section  # noqa: E402
-from instella_recipes.pipeline.results import (  # noqa: E402
-    loss_history,
-    read_eval_results,
-    speculative_results,
-    trainer_state,
+from instella_recipes.core import (  # noqa: E402
+    RecipeError,
+    atomic_write_text,
+    check_output_dir,
+    complete_stage,
+    exit_on_recipe_error,
+    parse_recipe,
+    retract_manifest,
+    setup_logging,
+    write_manifest,
 )
+from instella_recipes.evaluation.results import loss_history, read_eval_results, speculative_results, trainer_state
+from instella_recipes.pipeline.health import health_section  # noqa: E402
 
 LOSS_LABELS = {"dpo": "DPO loss (sigmoid, length-normalised)", "sft": "cross-entropy on assistant tokens"}
 
@@ -284,3 +293,32 @@ def write_report(run_dir: Path, plots: Path, report: Path, title: str, expect: s
     lines += speculative_section(records)
     atomic_write_text(report, "\n".join(lines))
     return report
+
+
+@dataclass
+class PipelineReportArguments:
+    run_dir: str = field(metadata={"help": "the pipeline's output_dir (holds pipeline/, logs/ and stage outputs)"})
+    output_dir: str | None = field(default=None, metadata={"help": "folder for the PNGs (default <run_dir>/report)"})
+    report: str | None = field(default=None, metadata={"help": "markdown file (default <run_dir>/report.md)"})
+    title: str = field(default="Instella recipe: tiny end-to-end demo", metadata={"help": "report title"})
+    expect: str | None = field(
+        default=None,
+        metadata={"help": "ranges a healthy run shows (e.g. eval/expected/tiny_demo.yaml), checked first"},
+    )
+
+
+@exit_on_recipe_error
+def main(argv: list[str] | None = None) -> Path:
+    """Write the report and its plots; the plots folder gets a manifest last (it is a pipeline stage's output)."""
+    (args,) = parse_recipe([PipelineReportArguments], argv)
+    setup_logging()
+    run_dir = Path(args.run_dir)
+    plots = Path(args.output_dir) if args.output_dir else run_dir / "report"
+    report = Path(args.report) if args.report else run_dir / "report.md"
+    done = complete_stage(plots)
+    if done is not None and done["stage"] != "report":
+        check_output_dir(plots, what="output_dir")  # another stage's complete output: refused (the rule of core.io)
+    retract_manifest(plots)  # an earlier report's plots are redrawn: its manifest goes first
+    write_report(run_dir, plots, report, args.title, args.expect)
+    print(f"report: {report} (plots in {plots})")
+    return write_manifest(plots, "report", report=str(report), plots=sorted(p.name for p in plots.glob("*.png")))

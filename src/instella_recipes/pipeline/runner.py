@@ -52,7 +52,7 @@ from instella_recipes.core import (
     write_manifest,
 )
 
-from .graph import ROOT, Pipeline, Stage, _arguments, command_line, render_recipe, resolved_recipe_path
+from .graph import ROOT, Pipeline, Stage
 
 
 class StageFailed(RuntimeError):
@@ -71,21 +71,14 @@ STOP_GRACE_S = 30.0  # seconds a stopped stage gets to save a consistent state b
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
-def log_path(pipeline: Pipeline, stage: Stage) -> Path:
-    return pipeline.output_dir / "logs" / f"{stage.name}.log"
-
-
-def record_path(pipeline: Pipeline, stage: Stage) -> Path:
-    return pipeline.output_dir / "pipeline" / f"{stage.name}.json"
-
-
-def read_record(pipeline: Pipeline, stage: Stage) -> dict | None:
-    path = record_path(pipeline, stage)
+def read_record(stage: Stage) -> dict | None:
+    """The stage's run record (`stage.resolved.record`), or None before its first run."""
+    path = stage.resolved.record
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _write_record(pipeline: Pipeline, stage: Stage, record: dict) -> None:
-    path = record_path(pipeline, stage)
+def _write_record(stage: Stage, record: dict) -> None:
+    path = stage.resolved.record
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(record, indent=2) + "\n")
 
@@ -96,38 +89,35 @@ def fingerprint(pipeline: Pipeline, stage: Stage) -> str | None:
     inputs = {}
     for name in stage.inputs:
         source = pipeline.stage(name)
-        manifest = pipeline.output_of(source) / MANIFEST
+        manifest = source.resolved.output / MANIFEST
         if not manifest.is_file():
             return None
         # The input's manifest, and (when the pipeline made it) which run of it: a re-run upstream re-runs us even
         # if its manifest happens to be byte-identical.
-        record = read_record(pipeline, source) or {}
+        record = read_record(source) or {}
         inputs[name] = [file_digest(manifest), record.get("fingerprint"), record.get("run_id")]
+    resolved = stage.resolved
     identity = {
         "command": stage.command,
-        "accelerate_config": stage.accelerate_config and file_digest(_file(stage.accelerate_config)),
+        "accelerate_config": resolved.accelerate_config and file_digest(resolved.accelerate_config),
         "recipe": stage.recipe,
-        "recipe_digest": stage.recipe and file_digest(_file(stage.recipe)),
-        "recipe_overrides": render_recipe(pipeline, stage),
-        "args": _arguments(pipeline, stage),
-        "env": {**pipeline.env, **stage.env},
+        "recipe_digest": resolved.recipe_file and file_digest(resolved.recipe_file),
+        "recipe_overrides": resolved.recipe_text,
+        "args": resolved.args,
+        "env": resolved.env,
         "inputs": inputs,
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
-def _file(path: str) -> Path:
-    return Path(path) if Path(path).exists() else ROOT / path
-
-
 def stage_status(pipeline: Pipeline, stage: Stage) -> str:
     """'complete', 'partial' (interrupted run of this same identity: resumable), 'stale' (made by something else or
     another recipe/input), 'missing', or 'waiting' (an input is not complete)."""
-    output = pipeline.output_of(stage)
+    output = stage.resolved.output
     current = fingerprint(pipeline, stage)
     if current is None:
         return "waiting"
-    record = read_record(pipeline, stage) or {}
+    record = read_record(stage) or {}
     manifest = output / MANIFEST
     same = record.get("fingerprint") == current
     if manifest.is_file():
@@ -138,8 +128,8 @@ def stage_status(pipeline: Pipeline, stage: Stage) -> str:
     return "partial" if same else "stale"
 
 
-def _child_env(pipeline: Pipeline, stage: Stage) -> dict:
-    env = {**os.environ, **pipeline.env, **stage.env, "PYTHONUNBUFFERED": "1"}
+def _child_env(stage: Stage) -> dict:
+    env = {**os.environ, **stage.resolved.env, "PYTHONUNBUFFERED": "1"}
     # The children import `instella_recipes` / `modeling_instella` from the same checkout as this process.
     paths = (str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", ""))
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
@@ -294,18 +284,13 @@ def _stop_stage(proc: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def lock_path(pipeline: Pipeline, stage: Stage) -> Path:
-    output = pipeline.output_of(stage)
-    return output.with_name(output.name + ".lock")
-
-
 @contextlib.contextmanager
-def stage_lock(pipeline: Pipeline, stage: Stage):
+def stage_lock(stage: Stage):
     """Hold `<stage folder>.lock` (fcntl.flock) while the stage runs; yield its fd (passed on to the stage process).
     A folder another run holds is a `RecipeError` naming that run's pid and host, before anything is touched. The
     file is removed when the stage is over (a finished run leaves no lock files); a lock won on a file that another
     run removed meanwhile is taken again on the new file, so two runs never hold different inodes of one path."""
-    path = lock_path(pipeline, stage)
+    path = stage.resolved.lock
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -315,7 +300,7 @@ def stage_lock(pipeline: Pipeline, stage: Stage):
             os.close(fd)
             holder = path.read_text().strip() if path.exists() else ""
             raise RecipeError(
-                f"stage '{stage.name}': {pipeline.output_of(stage)} is being written by another run "
+                f"stage '{stage.name}': {stage.resolved.output} is being written by another run "
                 f"({holder or 'an unknown process'}, lock {path}); wait for it to finish or stop it, then run again"
             ) from None
         with contextlib.suppress(FileNotFoundError):
@@ -381,32 +366,31 @@ def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False,
     (the executor seam) may wrap the command, e.g. in `srun` inside a Slurm job (pipeline/slurm.py). The stage
     folder is locked for the whole run (a `RecipeError` when another run holds it)."""
     for name in stage.inputs:
-        require_complete(pipeline.output_of(pipeline.stage(name)), f"stage '{stage.name}' input '{name}'")
-    with stage_lock(pipeline, stage) as lock_fd:
+        require_complete(pipeline.stage(name).resolved.output, f"stage '{stage.name}' input '{name}'")
+    with stage_lock(stage) as lock_fd:
         return _run_locked(pipeline, stage, lock_fd, bar, verbose, launcher)
 
 
 def _run_locked(pipeline: Pipeline, stage: Stage, lock_fd: int, bar, verbose: bool, launcher) -> dict:
-    output, status = pipeline.output_of(stage), stage_status(pipeline, stage)
+    resolved = stage.resolved
+    output, status = resolved.output, stage_status(pipeline, stage)
     if status == "stale" or (output / MANIFEST).exists():
         retract_manifest(output)  # first: a kill during the removal leaves nothing complete-looking
         shutil.rmtree(output)  # made by another recipe or input: start clean (entry points refuse foreign runs)
     # A command that writes no manifest is not a project entry point; give it its folder (e.g. for --output x.json).
     (output if not stage.writes_manifest else output.parent).mkdir(parents=True, exist_ok=True)
-    resolved = resolved_recipe_path(pipeline, stage)
-    if resolved is not None:
-        resolved.parent.mkdir(parents=True, exist_ok=True)
-        resolved.write_text(render_recipe(pipeline, stage))
-    argv = command_line(pipeline, stage)
-    argv = launcher(argv) if launcher is not None else argv
-    log = log_path(pipeline, stage)
+    if resolved.recipe_copy is not None:
+        resolved.recipe_copy.parent.mkdir(parents=True, exist_ok=True)
+        resolved.recipe_copy.write_text(resolved.recipe_text)
+    argv = launcher(resolved.argv) if launcher is not None else resolved.argv
+    log = resolved.log
     log.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "stage": stage.name,
         "group": stage.group,
         "description": stage.description,
         "command": shlex.join(argv),
-        "recipe": str(resolved or stage.recipe) if stage.recipe else None,
+        "recipe": str(resolved.recipe_copy or stage.recipe) if stage.recipe else None,
         "inputs": stage.inputs,
         "values": stage.values,
         "set": pipeline.overrides,  # the run's `--set` overrides of `vars` (the report states them)
@@ -418,12 +402,12 @@ def _run_locked(pipeline: Pipeline, stage: Stage, lock_fd: int, bar, verbose: bo
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "run_id": uuid.uuid4().hex,  # unique per run (two runs can start within one second of started_at)
     }
-    _write_record(pipeline, stage, record)
+    _write_record(stage, record)
     start, cpu_start = time.monotonic(), _children_cpu()
     with open(log, "wb") as handle:
         handle.write(f"$ {shlex.join(argv)}\n".encode())
         handle.flush()
-        proc = _start_stage(argv, _child_env(pipeline, stage), lock_fd)
+        proc = _start_stage(argv, _child_env(stage), lock_fd)
         watchdog = _start_watchdog(proc.pid, proc.stdout.fileno(), log)
         try:
             with forward_preemption(proc.pid):
@@ -432,7 +416,7 @@ def _run_locked(pipeline: Pipeline, stage: Stage, lock_fd: int, bar, verbose: bo
         except BaseException:  # a signal or an engine error: do not leave the stage's processes running
             os.close(watchdog)  # first: the watchdog logs what the stage writes while it stops
             _stop_stage(proc)
-            _write_record(pipeline, stage, {**record, "status": "interrupted", "wall_s": time.monotonic() - start})
+            _write_record(stage, {**record, "status": "interrupted", "wall_s": time.monotonic() - start})
             raise
     os.close(watchdog)  # the watchdog now stops what the stage left behind in its group, if anything
     # CPU seconds of the stage's processes: unlike wall time, barely changed by other load on the machine.
@@ -445,7 +429,7 @@ def _run_locked(pipeline: Pipeline, stage: Stage, lock_fd: int, bar, verbose: bo
     elif stage.writes_manifest and not (output / MANIFEST).is_file():
         problem = f"exited 0 but wrote no {MANIFEST} in {output} (the output is incomplete)"
     if problem:
-        _write_record(pipeline, stage, {**record, "status": "failed"})
+        _write_record(stage, {**record, "status": "failed"})
         last = "\n".join(f"    {line}" for line in tail[-12:])
         raise StageFailed(
             f"stage '{stage.name}' failed: {problem} after {record['wall_s']:.1f}s.\n"
@@ -458,11 +442,11 @@ def _run_locked(pipeline: Pipeline, stage: Stage, lock_fd: int, bar, verbose: bo
             stage.name,
             command=argv,
             recipe=stage.recipe,
-            inputs={n: str(pipeline.output_of(pipeline.stage(n))) for n in stage.inputs},
+            inputs={n: str(pipeline.stage(n).resolved.output) for n in stage.inputs},
             written_by="scripts/pipeline.py",
         )
     record.update(status="done", manifest_digest=file_digest(output / MANIFEST))
-    _write_record(pipeline, stage, record)
+    _write_record(stage, record)
     return record
 
 
@@ -510,9 +494,9 @@ def check_inputs(pipeline: Pipeline, stages: list[Stage]) -> None:
             if name in chosen:
                 continue
             source = pipeline.stage(name)
-            if read_manifest(pipeline.output_of(source)) is None:
+            if read_manifest(source.resolved.output) is None:
                 raise RecipeError(
-                    f"stage '{stage.name}' needs the output of stage '{name}' ({pipeline.output_of(source)}), which "
+                    f"stage '{stage.name}' needs the output of stage '{name}' ({source.resolved.output}), which "
                     f"is not complete (no {MANIFEST}). Run it first: python scripts/pipeline.py --config "
                     f"{pipeline.path} --output_dir {pipeline.output_dir} --stage {source.group}"
                 )
@@ -547,11 +531,11 @@ def _run_stages(pipeline: Pipeline, stages: list[Stage], force: bool, bar, say, 
                 bar.set_postfix_str("", refresh=True)
             status = stage_status(pipeline, stage)
             if status == "complete" and not force:
-                record = read_record(pipeline, stage) or {}
-                say(f"[{index}/{len(stages)}] {stage.name}: complete, skipped ({pipeline.output_of(stage)})")
+                record = read_record(stage) or {}
+                say(f"[{index}/{len(stages)}] {stage.name}: complete, skipped ({stage.resolved.output})")
                 summary.append({"stage": stage.name, "action": "skipped", "wall_s": record.get("wall_s")})
             else:
-                say(f"[{index}/{len(stages)}] {stage.name}: running (log: {log_path(pipeline, stage)})")
+                say(f"[{index}/{len(stages)}] {stage.name}: running (log: {stage.resolved.log})")
                 record = run_stage(pipeline, stage, bar, verbose)
                 say(f"[{index}/{len(stages)}] {stage.name}: done in {record['wall_s']:.1f}s")
                 summary.append({"stage": stage.name, "action": "ran", "wall_s": record["wall_s"]})

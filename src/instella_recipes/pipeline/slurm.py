@@ -27,12 +27,24 @@ import shlex
 import subprocess
 import sys
 import time
-from pathlib import Path
+from dataclasses import dataclass, field
 
-from instella_recipes.core import MANIFEST, RecipeError, atomic_write_text, did_you_mean
+from instella_recipes.core import (
+    MANIFEST,
+    RecipeError,
+    atomic_write_text,
+    config_path,
+    did_you_mean,
+    exit_on_recipe_error,
+    parse_assignments,
+    parse_recipe,
+    setup_logging,
+)
+from instella_recipes.core.paths import REPO_ROOT as ROOT
+from instella_recipes.core.variables import split_assignment
 
-from .graph import ROOT, SLURM_KEYS, Pipeline, Stage
-from .runner import log_path, plan, stage_status
+from .graph import SLURM_KEYS, Pipeline, Stage, load_pipeline
+from .runner import StageFailed, check_inputs, plan, read_record, run_stage, stage_status
 
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
           "SUSPENDED", "STAGE_OUT", "SIGNALING", "STOPPED"}  # fmt: skip
@@ -40,23 +52,14 @@ DEFAULTS = {"nodes": 1, "ntasks_per_node": 1, "cpus_per_task": 1}
 FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 
 
-def slurm_log_path(pipeline: Pipeline, stage: Stage) -> Path:
-    """The batch script's own output (job start, pre-emption, requeue); the stage's output is in log_path."""
-    return pipeline.output_dir / "logs" / f"{stage.name}.slurm.log"
-
-
-def job_record_path(pipeline: Pipeline, stage: Stage) -> Path:
-    return pipeline.output_dir / "pipeline" / f"{stage.name}.slurm.json"
-
-
 def resources(pipeline: Pipeline, stage: Stage, overrides: list[str]) -> dict:
     """The stage's Slurm resources: defaults < the YAML (top-level `slurm:`, then the stage's) < `--slurm` flags
     (`key=value` for every stage, `stage.key=value` or `group.key=value` for one)."""
     out = {**DEFAULTS, **stage.slurm}
     for item in overrides:
-        key, sep, value = item.partition("=")
+        key, value = split_assignment(item, "--slurm", "[stage.]KEY=VALUE")
         target, _, key = key.rpartition(".")
-        if not sep or key not in SLURM_KEYS:
+        if key not in SLURM_KEYS:
             hint = did_you_mean(key, SLURM_KEYS, "keys: " + ", ".join(sorted(SLURM_KEYS)))
             raise RecipeError(f"--slurm {item}: expected [stage.]KEY=VALUE with a known key ({hint})")
         if target and target not in (stage.name, stage.group):
@@ -80,7 +83,7 @@ def _directives(pipeline: Pipeline, stage: Stage, res: dict, dependencies: list[
     name = f"{pipeline.output_dir.name}:{stage.name}"
     lines = [
         f"--job-name={name}",
-        f"--output={slurm_log_path(pipeline, stage).resolve()}",
+        f"--output={stage.resolved.slurm_log.resolve()}",  # the batch script's own output (start, requeue)
         "--open-mode=append",  # a requeued job appends to the same file
         f"--nodes={res['nodes']}",
         f"--ntasks-per-node={res['ntasks_per_node']}",
@@ -103,13 +106,14 @@ def job_argv(pipeline: Pipeline, stage: Stage, variables: list[str], slurm: list
     # recipe names the pipeline file) is then the same inside the job as in this process.
     argv = [sys.executable, "-m", "instella_recipes.pipeline.slurm", "job", "--config", str(pipeline.path)]
     argv += ["--output_dir", str(pipeline.output_dir), "--stage", stage.name]
-    argv += [f"--set={v}" for v in variables] + [f"--slurm={s}" for s in slurm]
+    # one flag per item (`--set a=1 --set b=2`): the recipe parser gathers a repeated list flag (`parse_recipe`)
+    argv += [word for v in variables for word in ("--set", v)] + [word for s in slurm for word in ("--slurm", s)]
     return argv + (["--force"] if force else [])
 
 
 def batch_script(pipeline: Pipeline, stage: Stage, res: dict, dependencies: list[str], job: list[str]) -> str:
     """The sbatch script of one stage (what `--dry_run` prints)."""
-    manifest = (pipeline.output_of(stage) / MANIFEST).resolve()
+    manifest = (stage.resolved.output / MANIFEST).resolve()
     head = "\n".join(f"#SBATCH {line}" for line in _directives(pipeline, stage, res, dependencies))
     return f"""#!/bin/bash
 # pipeline {pipeline.path}, stage '{stage.name}' (scripts/pipeline.py --executor slurm)
@@ -161,14 +165,14 @@ def job_states(job_ids: list[str]) -> dict[str, tuple[str, str]]:
     return states
 
 
-def _read_job(pipeline: Pipeline, stage: Stage) -> dict | None:
-    path = job_record_path(pipeline, stage)
+def _read_job(stage: Stage) -> dict | None:
+    path = stage.resolved.job_record
     return json.loads(path.read_text()) if path.is_file() else None
 
 
 def submit(pipeline, stages, variables, slurm, force=False, dry_run=False, say=print) -> dict[str, str]:
     """Submit `stages` (in order); returns stage name -> job id of every stage that has a job in flight."""
-    known = {s.name: _read_job(pipeline, s) for s in pipeline.stages}
+    known = {s.name: _read_job(s) for s in pipeline.stages}
     states = job_states([r["job_id"] for r in known.values() if r])
     jobs = {n: r["job_id"] for n, r in known.items() if r and states.get(r["job_id"], ("",))[0] in ACTIVE}
     chosen = {s.name for s in stages}
@@ -180,7 +184,7 @@ def submit(pipeline, stages, variables, slurm, force=False, dry_run=False, say=p
             say(f"{tag}: already {states[jobs[stage.name]][0].lower()} as job {jobs[stage.name]}, not resubmitted")
             continue
         if why is None:
-            say(f"{tag}: complete, skipped ({pipeline.output_of(stage)})")
+            say(f"{tag}: complete, skipped ({stage.resolved.output})")
             continue
         for name in stage.inputs:
             source = pipeline.stage(name)
@@ -199,18 +203,18 @@ def submit(pipeline, stages, variables, slurm, force=False, dry_run=False, say=p
             jobs[stage.name] = f"<{stage.name}>"
             say(f"# ---- {tag}: {status}\n{script}")
             continue
-        slurm_log_path(pipeline, stage).parent.mkdir(parents=True, exist_ok=True)
+        stage.resolved.slurm_log.parent.mkdir(parents=True, exist_ok=True)
         done = _run(["sbatch", "--parsable"], input=script, cwd=ROOT)
         if done.returncode != 0:
             raise RecipeError(f"sbatch refused stage '{stage.name}': {done.stderr.strip()}")
         job_id = done.stdout.strip().split(";")[0]
         jobs[stage.name] = job_id
-        path = job_record_path(pipeline, stage)
+        path = stage.resolved.job_record
         path.parent.mkdir(parents=True, exist_ok=True)
         record = {"job_id": job_id, "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "dependencies": deps}
         atomic_write_text(path, json.dumps(record, indent=2) + "\n")
         after = f" after {', '.join(n for n in stage.inputs if n in jobs)}" if deps else ""
-        say(f"{tag}: submitted job {job_id}{after} (log: {log_path(pipeline, stage)})")
+        say(f"{tag}: submitted job {job_id}{after} (log: {stage.resolved.log})")
     return {n: j for n, j in jobs.items() if n in chosen}
 
 
@@ -225,11 +229,7 @@ def wait_for_jobs(pipeline: Pipeline, jobs: dict[str, str], poll_s: float = 3.0,
                 continue
             state, reason = states.get(job, ("", ""))
             if not state:  # purged from the controller (MinJobAge): the run record says how it ended
-                record = (
-                    json.loads(p.read_text())
-                    if (p := pipeline.output_dir / "pipeline" / f"{name}.json").is_file()
-                    else {}
-                )
+                record = read_record(pipeline.stage(name)) or {}
                 state = "COMPLETED" if record.get("status") == "done" else "FAILED"
             if (state, reason) != last.get(name):
                 elapsed = time.monotonic() - start
@@ -248,8 +248,8 @@ def wait_for_jobs(pipeline: Pipeline, jobs: dict[str, str], poll_s: float = 3.0,
     for name in failed or cancelled:
         stage = pipeline.stage(name)
         lines.append(
-            f"stage '{name}' failed (job {jobs[name]}: {final[name][0]}).\n  log: {log_path(pipeline, stage)}\n"
-            f"  batch log: {slurm_log_path(pipeline, stage)}"
+            f"stage '{name}' failed (job {jobs[name]}: {final[name][0]}).\n  log: {stage.resolved.log}\n"
+            f"  batch log: {stage.resolved.slurm_log}"
         )
     if failed and cancelled:
         lines.append(f"cancelled because an input failed: {', '.join(cancelled)}")
@@ -283,26 +283,30 @@ def srun_launcher(res: dict):
     return wrap
 
 
+@dataclass
+class SlurmJobArguments:
+    """The command line of one stage's job (`job_argv` writes it): the pipeline and output folder as given to
+    `scripts/pipeline.py`, the stage, and the same `--set` / `--slurm` / `--force`."""
+
+    output_dir: str = field(metadata={"help": "The pipeline's output_dir."})
+    stage: str = field(metadata={"help": "The one stage this job runs."})
+    set: list[str] = field(default_factory=list, metadata={"help": "VAR=VALUE overrides of `vars` (repeatable)."})
+    slurm: list[str] = field(default_factory=list, metadata={"help": "[stage.]KEY=VALUE resource overrides."})
+    force: bool = field(default=False, metadata={"help": "Run the stage even if it is complete (first start only)."})
+
+
+@exit_on_recipe_error
 def run_job(argv: list[str]) -> int:
-    """Inside a job: run one stage with the local runner (its inputs must be complete)."""
-    import argparse
-
-    from instella_recipes.core import setup_logging
-
-    from .graph import load_pipeline
-    from .runner import StageFailed, check_inputs, run_stage
-
-    parser = argparse.ArgumentParser(prog="instella_recipes.pipeline.slurm job")
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--output_dir", required=True)
-    parser.add_argument("--stage", required=True)
-    parser.add_argument("--set", action="append", default=[])
-    parser.add_argument("--slurm", action="append", default=[])
-    parser.add_argument("--force", action="store_true")
-    args = parser.parse_args(argv)
+    """Inside a job: run one stage with the local runner (its inputs must be complete). The arguments are read with
+    the project's recipe parser (`parse_recipe`) and `--set` with `parse_assignments`, as `scripts/pipeline.py`
+    reads them, so the job resolves the stage exactly as the submission did."""
+    (args,) = parse_recipe([SlurmJobArguments], argv, config_help="Pipeline YAML (the stage graph).",
+                           config_is_input=True)  # fmt: skip
+    path = config_path(argv)
+    if path is None:
+        raise RecipeError("--config is required: the pipeline YAML")
     setup_logging()
-    overrides = dict(item.partition("=")[::2] for item in args.set)
-    pipeline = load_pipeline(args.config, args.output_dir, overrides)
+    pipeline = load_pipeline(path, args.output_dir, parse_assignments(args.set))
     stage = pipeline.stage(args.stage)
     check_inputs(pipeline, [stage])
     status = stage_status(pipeline, stage)
@@ -311,7 +315,7 @@ def run_job(argv: list[str]) -> int:
         return 0
     res = resources(pipeline, stage, args.slurm)
     launcher = srun_launcher(res) if res["nodes"] * res["ntasks_per_node"] > 1 else None
-    print(f"stage {stage.name}: {status}; running (log: {log_path(pipeline, stage)})", flush=True)
+    print(f"stage {stage.name}: {status}; running (log: {stage.resolved.log})", flush=True)
     try:
         record = run_stage(pipeline, stage, launcher=launcher)
     except StageFailed as err:
@@ -322,8 +326,6 @@ def run_job(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from instella_recipes.core import exit_on_recipe_error
-
     if sys.argv[1:2] != ["job"]:
         sys.exit("usage: python -m instella_recipes.pipeline.slurm job --config ... --stage ...")
-    sys.exit(exit_on_recipe_error(run_job)(sys.argv[2:]))
+    sys.exit(run_job(sys.argv[2:]))

@@ -1,8 +1,10 @@
-"""What `scripts/sft.py` and `scripts/dpo.py` share: the recipe fields beyond TRL's configs, loading the input model
-and tokenizer, writing the output folder (model + tokenizer with the chat template, trainer_state.json, the data
-report, manifest.json last), and stopping cleanly on SIGTERM/SIGUSR1 at any phase (`run_post_training`)."""
+"""What SFT (`sft.py`) and DPO (`dpo.py`) share: the recipe fields beyond TRL's configs (`PostTrainingArguments`) and
+TRL's `ModelConfig` with its LoRA numbers checked, loading the input model and tokenizer, building the trainer
+(`build_trainer_for`), writing the output folder (model + tokenizer with the chat template, trainer_state.json, the
+data report, manifest.json last), and stopping cleanly on SIGTERM/SIGUSR1 at any phase (`run_post_training`)."""
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,30 +12,28 @@ import torch
 import yaml
 from accelerate import PartialState
 from transformers import AutoModelForCausalLM
-from trl import get_peft_config
+from trl import ModelConfig, get_peft_config
 
 import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
-from instella_recipes.checkpoint.safetensors_io import check_model_finite
 from instella_recipes.core import (
-    check_model_folder,
     check_output_dir,
     check_range,
-    check_tokenizer_folder,
     check_training_length,
     claim_output_dir,
     file_digest,
     get_logger,
-    load_pretrained,
     naming_write_failures,
     read_manifest,
     resolved_arguments,
     write_manifest,
 )
 from instella_recipes.data.tokenizer import load_tokenizer
-from instella_recipes.training.callbacks import PreemptionCallback
-from instella_recipes.training.checkpoints import find_resume_checkpoint
-from instella_recipes.training.checks import check_global_batch, check_tokenizer_fits
-from instella_recipes.training.optim import check_schedule_kwargs
+from instella_recipes.trainer.callbacks import PreemptionCallback
+from instella_recipes.trainer.checkpoints import find_resume_checkpoint
+from instella_recipes.trainer.checks import check_global_batch, check_tokenizer_fits
+from instella_recipes.trainer.optim import check_schedule_kwargs
+from instella_recipes.weights import check_model_folder, check_tokenizer_folder, load_pretrained
+from instella_recipes.weights.safetensors_io import check_model_finite
 
 from .checks import OVERLONG_POLICIES
 from .converters import MMLU_DATA_SEED
@@ -46,7 +46,7 @@ logger = get_logger(__name__)
 
 
 @dataclass
-class PostTrainArgs:
+class PostTrainingArguments:
     """Recipe fields of both post-training stages (TRL's SFTConfig/DPOConfig and ModelConfig hold the rest; the
     LoRA block is ModelConfig's `use_peft`, `lora_r`, `lora_alpha`, `lora_dropout`, `lora_target_modules`)."""
 
@@ -60,8 +60,8 @@ class PostTrainArgs:
     max_skip_fraction: float = field(default=0.01, metadata={"help": "Error if more rows than this are skipped."})
     merge_lora: bool = field(default=True, metadata={"help": "With LoRA: merge into full weights in output_dir."})
     max_samples: int | None = field(default=None, metadata={"help": "Use only the first N mixed rows (smoke runs)."})
-    cpu_threads: int | None = field(
-        default=None, metadata={"help": "torch CPU threads (tiny CPU runs); default: torch's."}
+    torch_num_threads: int | None = field(
+        default=None, metadata={"help": "CPU runs: intra-op threads (tiny models run faster on 1 thread)."}
     )
     conversion_seed: int = field(
         default=MMLU_DATA_SEED,
@@ -75,13 +75,24 @@ class PostTrainArgs:
         check_range("max_skip_fraction", self.max_skip_fraction, 0, 1)
         check_range("global_batch_size", self.global_batch_size, 1, integer=True, allow_none=True)
         check_range("max_samples", self.max_samples, 1, integer=True, allow_none=True)
-        check_range("cpu_threads", self.cpu_threads, 1, integer=True, allow_none=True)
+        check_range("torch_num_threads", self.torch_num_threads, 1, integer=True, allow_none=True)
         self.sources = [_parse_source(s) for s in self.sources]
-        if self.cpu_threads:  # tiny models: thread sync costs more than a second core gains
-            torch.set_num_threads(self.cpu_threads)
+        if self.torch_num_threads:  # tiny models: thread sync costs more than a second core gains
+            torch.set_num_threads(self.torch_num_threads)
         if self.overlong not in OVERLONG_POLICIES:
             raise ValueError(f"overlong must be one of {OVERLONG_POLICIES}, not '{self.overlong}'")
         check_range("conversion_seed", self.conversion_seed, 0, integer=True)
+
+
+@dataclass
+class CheckedModelConfig(ModelConfig):
+    """TRL's ModelConfig with the LoRA numbers checked."""
+
+    def __post_init__(self):
+        check_range("lora_r", self.lora_r, 1, integer=True)
+        check_range("lora_alpha", self.lora_alpha, 0, low_open=True)
+        check_range("lora_dropout", self.lora_dropout, 0, 1, high_open=True)
+        super().__post_init__()
 
 
 def _parse_source(source) -> dict:
@@ -91,7 +102,7 @@ def _parse_source(source) -> dict:
     return source
 
 
-def load_tokenizer_with_template(args: PostTrainArgs, model_args):
+def load_tokenizer_with_template(args: PostTrainingArguments, model_args):
     """The tokenizer (its own path, else the input model's folder) with the Instella chat template installed."""
     model_path = model_args.model_name_or_path
     if not args.tokenizer_name_or_path:
@@ -101,7 +112,7 @@ def load_tokenizer_with_template(args: PostTrainArgs, model_args):
     return install_chat_template(tokenizer, args.template_path)
 
 
-def cap_rows(dataset, args: PostTrainArgs):
+def cap_rows(dataset, args: PostTrainingArguments):
     """The first `max_samples` rows of the shuffled mixture (smoke runs, tests); the whole mixture otherwise."""
     if args.max_samples is not None and args.max_samples < len(dataset):
         return dataset.select(range(args.max_samples))
@@ -127,7 +138,7 @@ def load_model(model_args):
     return model
 
 
-def check_launch(args: PostTrainArgs, training_args, model, tokenizer) -> None:
+def check_launch(args: PostTrainingArguments, training_args, model, tokenizer) -> None:
     check_tokenizer_fits(model.config, tokenizer)
     if args.global_batch_size:
         check_global_batch(
@@ -147,7 +158,7 @@ def resume_checkpoint(training_args) -> str | None:
     return find_resume_checkpoint(training_args.output_dir)
 
 
-def save_outputs(trainer, model_args, args: PostTrainArgs, recipe: str | None, stage: str, data: dict) -> Path:
+def save_outputs(trainer, model_args, args: PostTrainingArguments, recipe: str | None, stage: str, data: dict) -> Path:
     """Save the trained model (LoRA: the adapter in `adapter/`, then merged into full weights on the main process,
     from a fresh CPU copy of the base so it works under any sharding), the tokenizer with its chat template, the
     trainer state, the data report, and the manifest last."""
@@ -215,8 +226,6 @@ def merge_adapter(base_path: str, adapter_dir: Path, output_dir: Path) -> None:
 
 
 def recipe_path(argv: list[str] | None) -> str | None:
-    import sys
-
     argv = list(sys.argv[1:] if argv is None else argv)
     return argv[argv.index("--config") + 1] if "--config" in argv else None
 
@@ -232,14 +241,14 @@ def _stop_point(preemption: PreemptionCallback | None, where: str) -> None:
 
 
 def build_trainer_for(
-    trainer_cls, prepare, args: PostTrainArgs, training_args, model_args, preemption=None, trainer_kwargs=None,
+    trainer_cls, prepare, args: PostTrainingArguments, training_args, model_args, preemption=None, trainer_kwargs=None,
     **mixture_kwargs,
 ):  # fmt: skip
     """What SFT and DPO share up to a ready trainer: tokenizer with the chat template, the checked data mixture
     (`prepare` tokenizes it and reports skips), the model, the launch checks. `trainer_kwargs` go to the trainer
-    class beside the usual arguments. Returns (trainer, data report). With `preemption` (a PreemptionCallback the
-    entry point installed) the trainer gets it, and a stop request ends start-up at the next phase boundary with
-    `StoppedBeforeTraining`, before anything is written. The output folder follows the rule of `core.io`: checked
+    class beside the usual arguments. Returns (trainer, data report). With `preemption` (the PreemptionCallback
+    `run_post_training` installed) the trainer gets it, and a stop request ends start-up at the next phase boundary
+    with `StoppedBeforeTraining`, before anything is written. The output folder follows the rule of `core.io`: checked
     first, claimed (emptied with --overwrite) only once everything else has passed, just before the trainer writes
     into it."""
     inputs = [("model_name_or_path", model_args.model_name_or_path)]
@@ -289,7 +298,7 @@ def build_trainer_for(
 
 
 def train_and_save(
-    trainer, data: dict, args: PostTrainArgs, training_args, model_args, argv, stage: str, preemption=None
+    trainer, data: dict, args: PostTrainingArguments, training_args, model_args, argv, stage: str, preemption=None
 ) -> Path | None:
     """Train (resuming from the newest checkpoint in output_dir, if any), then write the output folder. Returns
     None when the run was pre-empted: it saved a checkpoint to resume from and wrote nothing else (no manifest). A
@@ -305,8 +314,8 @@ def train_and_save(
     return out
 
 
-def run_post_training(build_trainer, args: PostTrainArgs, training_args, model_args, argv, stage: str) -> int:
-    """A whole SFT or DPO run (`build_trainer(args, training_args, model_args, preemption=...)` is the entry point's);
+def run_post_training(build_trainer, args: PostTrainingArguments, training_args, model_args, argv, stage: str) -> int:
+    """A whole SFT or DPO run (`build_trainer(args, training_args, model_args, preemption=...)` is the stage's own);
     returns the exit code, 0. SIGTERM/SIGUSR1 at any phase end it with 0 in a consistent state: during start-up
     (tokenizer, dataset map, model load, trainer) at the next phase boundary with nothing written; during training
     with a checkpoint and no manifest (the next run resumes from it); during the final save after that save."""

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
+from instella_recipes.sandbox import SandboxPool, program_hash, unbounded_loop
+
 from .backends import Backend, Request, failure_text
 from .journal import Journal
 from .parsing import (
@@ -41,12 +43,11 @@ from .parsing import (
     rewritten_ok,
     substitute,
 )
-from .sandbox import SandboxPool, program_hash, unbounded_loop
 
 
 @dataclass
-class Settings:
-    """The knobs of the method (a subset of the recipe's fields; see scripts/synthetic_gsm8k.py)."""
+class GeneratorArguments:
+    """The knobs of the method that `Generator` reads (a subset of the recipe's `run.SyntheticGSM8KArguments`)."""
 
     max_program_rounds: int = 3
     num_variants: int = 5
@@ -109,7 +110,7 @@ def replay(state: SeedState, events: list[dict]) -> SeedState:
 class Generator:
     """Runs the 4 steps for a list of seed problems with one backend and one sandbox pool."""
 
-    def __init__(self, backend: Backend, pool: SandboxPool, journal: Journal, settings: Settings):
+    def __init__(self, backend: Backend, pool: SandboxPool, journal: Journal, settings: GeneratorArguments):
         self.backend, self.pool, self.journal, self.s = backend, pool, journal, settings
         self.deferred: dict[str, str] = {}  # seed_id -> the backend error that stopped it in this run
         self.prompts = {name: load_prompt(f"{name}.txt") for name in ("abstract", "program", "variants", "rewrite")}

@@ -25,20 +25,35 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from instella_recipes.core import RecipeError, atomic_file, atomic_write_text
+from instella_recipes.core import (
+    RecipeError,
+    atomic_file,
+    atomic_write_text,
+    check_output_dir,
+    check_output_location,
+    check_positive,
+    check_range,
+    complete_stage,
+    empty_folder,
+    exit_on_recipe_error,
+    parse_recipe,
+    retract_manifest,
+    setup_logging,
+    write_manifest,
+)
+from instella_recipes.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
+from instella_recipes.sandbox.uids import UID_BLOCK
 
 from .backends import Backend, make_backend
 from .journal import Journal
 from .parsing import Rejected, parse_seed
-from .pipeline import Generator, SeedState, Settings, replay, samples
-from .sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
-from .uids import UID_BLOCK
+from .pipeline import Generator, GeneratorArguments, SeedState, replay, samples
 
 STAGE = "synthetic_gsm8k"
 
 
 @dataclass
-class SyntheticArgs:
+class SyntheticGSM8KArguments:
     """Recipe fields of `scripts/synthetic_gsm8k.py` (one YAML = one run; CLI flags override)."""
 
     seeds: str = field(default="", metadata={"help": "GSM8K-format jsonl/parquet path, or a Hub dataset id"})
@@ -109,8 +124,6 @@ class SyntheticArgs:
         self._check_numbers()
 
     def _check_numbers(self) -> None:
-        from instella_recipes.core import check_positive, check_range
-
         check_positive(self, "max_concurrency", "batch_size", "max_program_rounds", "num_variants", "target_per_seed")
         check_positive(self, "cot_samples_per_request", "max_cot_rounds", "max_tokens", "chunk_size")
         check_range(
@@ -125,8 +138,8 @@ class SyntheticArgs:
         check_range("temperature", self.temperature, 0)
         check_range("cot_temperature", self.cot_temperature, 0)
 
-    def settings(self) -> Settings:
-        return Settings(**{f.name: getattr(self, f.name) for f in fields(Settings)})
+    def settings(self) -> GeneratorArguments:
+        return GeneratorArguments(**{f.name: getattr(self, f.name) for f in fields(GeneratorArguments)})
 
     def sandbox_config(self) -> SandboxConfig:
         return SandboxConfig(
@@ -217,8 +230,6 @@ def _changed_settings(output_dir: Path, config: dict) -> list[str]:
 
 def _claim(output_dir: Path, config: dict, done: dict | None, overwrite: bool) -> None:
     """Make `output_dir` this run's (the lock held): the rule of `core.io` (see the module docstring)."""
-    from instella_recipes.core import empty_folder, retract_manifest
-
     changed = _changed_settings(output_dir, config)
     if changed and not overwrite:
         raise RecipeError(
@@ -284,10 +295,8 @@ _NOT_RESULT_DECIDING = (
 )  # fmt: skip
 
 
-def run(args: SyntheticArgs, backend: Backend | None = None, pool: SandboxPool | None = None) -> dict:
+def run(args: SyntheticGSM8KArguments, backend: Backend | None = None, pool: SandboxPool | None = None) -> dict:
     """Run (or resume) the pipeline; returns the summary. `backend`/`pool` are injectable for tests."""
-    from instella_recipes.core import check_output_dir, check_output_location, complete_stage
-
     output_dir = check_output_location(args.output_dir)
     done = complete_stage(output_dir)
     if done is not None:  # a complete output of any stage, this one's too: only with --overwrite (core.io's rule)
@@ -343,9 +352,9 @@ def _run_locked(args, output_dir, states, seed_rejections, n_rows, backend, pool
     return finish(args, output_dir, states, seed_rejections, n_rows)
 
 
-def finish(args: SyntheticArgs, output_dir: Path, states: list[SeedState], seed_rejections: Counter, n_rows: int):
-    from instella_recipes.core import write_manifest
-
+def finish(
+    args: SyntheticGSM8KArguments, output_dir: Path, states: list[SeedState], seed_rejections: Counter, n_rows: int
+):
     all_rows = [row for state in states if state.status == "solved" for row in samples(state)]
     rows, duplicates = dedup(all_rows)
     suffix = ".parquet" if args.output_format == "parquet" else ".jsonl"
@@ -389,3 +398,18 @@ def format_summary(summary: dict) -> str:
     ]
     lines += [f"  {reason:<28} {count}" for reason, count in summary["rejections"].items()] or ["  (none)"]
     return "\n".join(lines)
+
+
+@exit_on_recipe_error
+def main(argv: list[str] | None = None) -> int:
+    """`scripts/synthetic_gsm8k.py`: exit 0 done, 2 bad input (before any work), 1 the model server failed too often
+    (the same command retries the seeds it left undone)."""
+    (args,) = parse_recipe([SyntheticGSM8KArguments], argv)
+    setup_logging()
+    try:
+        summary = run(args)
+    except BackendFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(1) from None
+    print(format_summary(summary))
+    return 0

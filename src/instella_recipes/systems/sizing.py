@@ -1,7 +1,7 @@
 """Sizing rules for a model on a cluster: parameters, FLOPs, GEMM shapes, vocab padding, memory per GPU, throughput.
 
 Everything is computed from the transformers config (the model is built on the meta device for exact counts; see
-instella_recipes/training/flops.py). The memory model, per GPU, with P parameters (total), W GPUs, G GPUs per node:
+instella_recipes/trainer/flops.py). The memory model, per GPU, with P parameters (total), W GPUs, G GPUs per node:
 
 | strategy | weights | gradients | optimizer state |
 |---|---|---|---|
@@ -28,21 +28,31 @@ plus one layer's full set. This is Korthikanti et al. (2022)'s tally adapted to 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from transformers import AutoConfig
 
-from instella_recipes.core import RecipeError
-from instella_recipes.training.flops import (
+import modeling_instella  # registers the instella model type with AutoConfig
+from instella_recipes.core import (
+    RecipeError,
+    check_positive,
+    check_range,
+    exit_on_recipe_error,
+    parse_recipe,
+    setup_logging,
+)
+from instella_recipes.trainer.flops import (
     PEAK_FLOPS,
     ParamCounts,
-    build_meta_model,
     count_params_from_config,
     flops_per_token,
     human_count,
     moe_shape,
 )
+from instella_recipes.weights import build_meta_model
 
 GPU_MEMORY_GB = {"MI300X": 192, "H100": 80, "H200": 141}
 ALIGNMENTS = (64, 128, 256)
@@ -51,10 +61,6 @@ LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 def preset(name: str):
     """The published configs as transformers configs."""
-    from transformers import AutoConfig
-
-    import modeling_instella
-
     presets = {
         "instella-3b": lambda: modeling_instella.InstellaConfig(),
         "amd-llama-135m": lambda: AutoConfig.for_model(
@@ -94,10 +100,6 @@ PRESETS = ("instella-3b", "amd-llama-135m", "zaya1-base", "olmoe-1b-7b")
 def resolve_config(spec: str):
     """A preset name, an HF config.json (or the folder holding one), or a recipe YAML with `model_config` or
     `model_name_or_path`."""
-    from transformers import AutoConfig
-
-    import modeling_instella  # noqa: F401
-
     if spec in PRESETS:
         return preset(spec)
     path = Path(spec)
@@ -367,3 +369,51 @@ def render(report: dict) -> str:
     for gpu, t in report["tokens_per_second"].items():
         lines.append(f"| {gpu} | {PEAK_FLOPS[gpu] / 1e12:.0f} | {t['per_gpu']:,.0f} | {t['cluster']:,.0f} |")
     return "\n".join(lines)
+
+
+# --- the command (scripts/sizing.py) --------------------------------------------------------------------------------
+@dataclass
+class SizingArguments:
+    """The settings of `scripts/sizing.py`."""
+
+    model: str = field(default="instella-3b", metadata={"help": "preset, config.json / model folder, or recipe"})
+    nodes: int = field(default=1, metadata={"help": "number of nodes"})
+    gpus_per_node: int = field(default=8, metadata={"help": "GPUs per node (the hybrid-shard group)"})
+    micro_batch: int = field(default=1, metadata={"help": "sequences per GPU per forward"})
+    seq_len: int | None = field(
+        default=None, metadata={"help": "tokens per sequence (T); default: the model's context length"}
+    )
+    target_mfu: float = field(default=0.4, metadata={"help": "MFU to turn into tokens/s"})
+    tokenizer_vocab: int = field(default=None, metadata={"help": "tokenizer ids, for padding advice (e.g. 50280)"})
+    weight_bytes: float = field(default=4, metadata={"help": "bytes per master weight (4 fp32, 2 bf16)"})
+    grad_bytes: float = field(default=4, metadata={"help": "bytes per gradient"})
+    optimizer_bytes: float = field(default=8, metadata={"help": "bytes of optimizer state per parameter (AdamW 8)"})
+    activation_checkpointing: bool = field(default=False, metadata={"help": "keep only layer inputs"})
+    lora_r: int = field(
+        default=0, metadata={"help": "LoRA rank (0: full training); the base is frozen at weight_bytes"}
+    )
+    json: bool = field(default=False, metadata={"help": "print JSON instead of tables"})
+
+    def __post_init__(self):
+        check_positive(self, "nodes", "gpus_per_node", "micro_batch")
+        check_range("seq_len", self.seq_len, 1, integer=True, allow_none=True)
+        check_range("lora_r", self.lora_r, 0, integer=True)
+        check_range("tokenizer_vocab", self.tokenizer_vocab, 1, integer=True, allow_none=True)
+        check_range("target_mfu", self.target_mfu, 0, 1, low_open=True)
+        for name in ("weight_bytes", "grad_bytes", "optimizer_bytes"):
+            check_range(name, getattr(self, name), 0)
+
+
+@exit_on_recipe_error
+def main(argv: list[str] | None = None) -> None:
+    """`scripts/sizing.py`: print the sizing report (tables, or JSON with --json)."""
+    (args,) = parse_recipe([SizingArguments], argv)
+    setup_logging()
+    config = resolve_config(args.model)
+    seq_len = args.seq_len or getattr(config, "max_position_embeddings", None) or 4096  # the model's context
+    cluster = Cluster(
+        args.nodes, args.gpus_per_node, args.micro_batch, seq_len, args.weight_bytes, args.grad_bytes,
+        args.optimizer_bytes, args.activation_checkpointing, args.lora_r,
+    )  # fmt: skip
+    report = size(config, cluster, args.target_mfu, args.tokenizer_vocab)
+    print(json.dumps(report, indent=1) if args.json else render(report))

@@ -36,6 +36,7 @@ _MONITOR_ATTR = "_recipes_moe_load_monitor"
 
 def _in_backward() -> bool:
     # Activation checkpointing re-runs router forwards inside backward; those must not be counted twice.
+    # private: torch has no public "inside backward" query; torch.utils.checkpoint uses this one [test_private_apis]
     return torch._C._current_graph_task_id() != -1
 
 

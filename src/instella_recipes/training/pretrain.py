@@ -5,7 +5,8 @@ files (`data_paths`, read in the authors' order on every rank: `data/token_files
 
 The model comes from `model_name_or_path` (continue from a checkpoint with a new schedule: stage 2)
 or from `model_config` (from scratch). Every input check runs before the first step; see docs/pretraining.md.
-`pretrain(script, train, argv)` is the whole run: checks, trainer, train, then the final model and manifest.
+`pretrain(script, train, argv)` is the whole run: checks, trainer, train, then the final model and manifest;
+`main(argv)` parses the recipe (`PretrainArguments` + `CheckedTrainingArguments`) and calls it.
 """
 
 import hashlib
@@ -13,9 +14,11 @@ import importlib
 import json
 import os
 import shutil
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import torch
 from transformers import AutoConfig, TrainingArguments, default_data_collator
 
 from instella_recipes.core import (
@@ -26,24 +29,34 @@ from instella_recipes.core import (
     check_training_length,
     claim_output_dir,
     config_path,
+    exit_on_recipe_error,
     file_digest,
     get_logger,
     naming_write_failures,
+    parse_recipe,
     read_manifest,
     require_complete,
     resolved_arguments,
+    setup_logging,
     write_manifest,
 )
 from instella_recipes.core.checks import check_model_config
+from instella_recipes.core.variables import fill_placeholders
 from instella_recipes.data.packing import PackedWindows
 from instella_recipes.data.token_files import OLMoOrderSampler, TokenFiles, token_files_from_args
 from instella_recipes.data.tokenizer import load_tokenizer
-from instella_recipes.training.callbacks import NonFiniteCallback, PreemptionCallback
-from instella_recipes.training.checkpoints import STAGING, complete_checkpoints, resolve_resume
-from instella_recipes.training.checks import check_global_batch, check_tokenizer_fits, fit_accumulation
+from instella_recipes.trainer.callbacks import PreemptionCallback
+from instella_recipes.trainer.checkpoints import STAGING, complete_checkpoints, resolve_resume
+from instella_recipes.trainer.checks import (
+    CheckedTrainingArguments,
+    check_global_batch,
+    check_tokenizer_fits,
+    fit_accumulation,
+)
+from instella_recipes.trainer.optim import check_schedule_kwargs
 from instella_recipes.training.model_factory import build_model
-from instella_recipes.training.optim import check_schedule_kwargs
 from instella_recipes.training.optimizer_state import OPTIMIZER_DIR, check_optimizer_state, save_optimizer_state
+from instella_recipes.training.pretrain_trainer import NonFiniteCallback, PretrainTrainer
 
 logger = get_logger(__name__)
 STAGE = "pretrain"
@@ -406,15 +419,12 @@ def _stop_before_training(preemption: PreemptionCallback, where: str) -> bool:
 
 
 def _pretrain(script: PretrainArguments, train: TrainingArguments, argv: list[str], preemption) -> int:
-    from instella_recipes.training.pretrain_trainer import PretrainTrainer
-
     script.model_config = _as_dict(script.model_config, "model_config")
     script.plugin_args = _as_dict(script.plugin_args, "plugin_args") or {}
-    train.output_dir = train.output_dir.format(seed=train.seed)
+    # `output_dir: runs/stage2_{seed}`: the project's one placeholder syntax (as in pipeline YAMLs)
+    train.output_dir = fill_placeholders(train.output_dir, {"seed": train.seed}, "output_dir")
     output_dir = check_output_dir(train.output_dir, overwrite=True, inputs=_inputs(script))  # location + inputs
     if script.torch_num_threads:
-        import torch
-
         torch.set_num_threads(script.torch_num_threads)
     check_schedule_kwargs(train.lr_scheduler_kwargs)
     optimizer_state = None
@@ -486,3 +496,12 @@ def _pretrain(script: PretrainArguments, train: TrainingArguments, argv: list[st
     with naming_write_failures(output_dir, "saving the final model"):
         _save_final(trainer, script, train, dataset, data_manifest, identity, output_dir, argv)
     return 0
+
+
+@exit_on_recipe_error
+def main(argv: list[str] | None = None) -> int:
+    """`scripts/pretrain.py`: parse the recipe and the command line, then run `pretrain`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script, train = parse_recipe([PretrainArguments, CheckedTrainingArguments], argv)
+    setup_logging()
+    return pretrain(script, train, argv)

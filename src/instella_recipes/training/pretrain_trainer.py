@@ -9,7 +9,7 @@ non-finite steps, all through the Trainer's extension points (no copy of its tra
   its labels, so it counts every label position. "predicted_tokens" keeps transformers' mean (lit_gpt's).
 - `create_scheduler`: a stage that continues another's AdamW state (`load_optimizer_state`) loads it first.
 - `_save_checkpoint`: the Trainer writes the checkpoint into `<output_dir>/.staging/`, then the main process
-  renames it into `<output_dir>/checkpoint-<step>` after every process finished (see `checkpoints.py`), and the
+  renames it into `<output_dir>/checkpoint-<step>` after every process finished (see `trainer/checkpoints.py`), and the
   Trainer's rotation (`save_total_limit`) runs on the real folder.
 - `_get_train_sampler`: token files (`data_paths`) are read through `OLMoOrderSampler`, the authors' order laid out
   for accelerate's sharding of the Trainer's own dataloader (see `data/token_files.py` for why no library sampler
@@ -19,6 +19,10 @@ non-finite steps, all through the Trainer's extension points (no copy of its tra
 - `_get_grad_norm`: the global (all-reduced) gradient norm decides whether a step is finite on every rank alike;
   a non-finite one makes the wrapped `optimizer.step` a no-op (the batch is dropped, the LR schedule and the step
   counter advance), and is counted in `skipped_steps`.
+
+`NonFiniteCallback` reads those counts: it logs them, refuses periodic checkpoints while a streak of skipped steps
+runs, and after `max_consecutive` in a row saves a checkpoint (its weights are from before the divergence, since no
+update was applied) and stops the run, which the entry point reports as an error (exit code 3).
 """
 
 import math
@@ -30,9 +34,9 @@ import torch.distributed as dist
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-from instella_recipes.training.checkpoints import STAGING, publish
-from instella_recipes.training.mixed_precision import FSDPReduceDtypeMixin
-from instella_recipes.training.optim import InstellaOptimMixin
+from instella_recipes.trainer.checkpoints import STAGING, publish
+from instella_recipes.trainer.mixed_precision import FSDPReduceDtypeMixin
+from instella_recipes.trainer.optim import InstellaOptimMixin
 from instella_recipes.training.optimizer_state import load_optimizer_state
 
 
@@ -54,6 +58,7 @@ def apply_collective_timeout(seconds: int) -> None:
     `ddp_timeout` to `init_process_group` only when not on CPU, so a gloo run kept torch's 30-minute default and a
     lost or hung rank held the others that long; torchtitan sets its timeouts the same way after start-up."""
     if dist.is_available() and dist.is_initialized():
+        # private: torch has no public setter for a live group's timeout (only init_process_group) [test_private_apis]
         from torch.distributed.distributed_c10d import _set_pg_timeout
 
         _set_pg_timeout(timedelta(seconds=seconds))
@@ -71,6 +76,7 @@ class PretrainTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, Trainer):
         self.train_sampler = train_sampler
         super().__init__(*args, **kwargs)
         if loss_normalizer == "input_tokens":
+            # private: the Trainer's only switch for counting input (not shifted label) tokens [test_private_apis]
             if not hasattr(self, "_loss_shifts_labels"):  # a transformers that counts the loss's tokens otherwise
                 raise RuntimeError("loss_normalizer input_tokens needs transformers' Trainer._loss_shifts_labels")
             self._loss_shifts_labels = False
@@ -80,6 +86,7 @@ class PretrainTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, Trainer):
         self.nonfinite_streak = 0
         self._skip_update = False
 
+    # private: the Trainer's only hook for the columns `remove_unused_columns` keeps [test_private_apis]
     def _set_signature_columns_if_needed(self):
         """Keep `shift_labels` (PackedWindows' `predict_all_positions` rows): the model's forward takes it through
         `**kwargs` into transformers' causal-LM loss, so it is not among the forward's named parameters."""
@@ -101,6 +108,7 @@ class PretrainTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, Trainer):
             self.optimizer_state_from = None
         return super().create_scheduler(num_training_steps, optimizer)
 
+    # private: the Trainer takes no sampler argument; this is where it builds one [test_private_apis]
     def _get_train_sampler(self, train_dataset=None):
         """The sampler given at construction, else the Trainer's own. `OLMoOrderSampler` is no `RandomSampler`, so
         accelerate keeps it as it is (no seedable replacement) and only shards its batches across processes, which
@@ -124,6 +132,7 @@ class PretrainTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, Trainer):
             optimizer._skips_nonfinite = True
         return optimizer
 
+    # private: the only place the norm is known before optimizer.step(); callbacks see it after [test_private_apis]
     def _get_grad_norm(self, model, grad_norm=None):
         grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
         value = float(grad_norm) if grad_norm is not None else 0.0
@@ -137,6 +146,7 @@ class PretrainTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, Trainer):
         return grad_norm
 
     # --- atomic checkpoints -------------------------------------------------------------------------------------
+    # private: each checkpoint the Trainer writes (periodic, final, JIT) goes here; no public hook [test_private_apis]
     def _save_checkpoint(self, model, trial) -> None:
         final_root = self.args.output_dir
         staging_root = os.path.join(final_root, STAGING)
@@ -156,3 +166,37 @@ class PretrainTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, Trainer):
                 use_mtime=False,
             )
         self.accelerator.wait_for_everyone()
+
+
+class NonFiniteCallback(TrainerCallback):
+    """Stop after `max_consecutive` skipped (non-finite) steps in a row; keep checkpoints from before them."""
+
+    def __init__(self, trainer, max_consecutive: int):
+        self.trainer = trainer
+        self.max_consecutive = max_consecutive
+        self.diverged_at: int | None = None
+        self.start_step = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start_step = state.global_step  # after a resume: the checkpoint's step
+
+    def all_skipped(self) -> bool:
+        """This session ran steps and skipped every one of them (nothing was trained: a failure, not a result)."""
+        ran = self.trainer.state.global_step - self.start_step
+        return ran > 0 and self.trainer.skipped_steps >= ran
+
+    def on_step_end(self, args, state, control, **kwargs):
+        streak = self.trainer.nonfinite_streak
+        if streak:
+            control.should_save = False  # no periodic checkpoints while a streak runs
+            if streak >= self.max_consecutive:
+                # No update was applied during the streak: the weights and optimizer state saved now are those from
+                # before the divergence (the data position is past the bad batches).
+                self.diverged_at = state.global_step - streak + 1
+                control.should_save = True
+                control.should_training_stop = True
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is not None and "loss" in logs:
+            logs["skipped_steps"] = self.trainer.skipped_steps

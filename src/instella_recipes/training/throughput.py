@@ -4,7 +4,7 @@
 Every log adds `perf/tokens_per_second` (all ranks, input tokens of training forwards since the previous log over
 the wall time between the two logs), `perf/tokens_per_second_per_device` and `perf/mfu` = tokens/s x FLOPs per token
 / (peak x devices), FLOPs per token by SPEC.md 6 for the model's config at the observed sequence length, counting
-active parameters only for MoE (instella_recipes/training/flops.py). `plugin_args`: `mfu_peak` = MI300X | H100 | H200
+active parameters only for MoE (instella_recipes/trainer/flops.py). `plugin_args`: `mfu_peak` = MI300X | H100 | H200
 or a
 number in FLOP/s (default: from the visible GPU's name; none on CPU, then only tokens/s is logged).
 """
@@ -18,7 +18,7 @@ import torch.distributed as dist
 from transformers import TrainerCallback
 
 from instella_recipes.core import RecipeError
-from instella_recipes.training.flops import PEAK_FLOPS, count_params, flops_per_token
+from instella_recipes.trainer.flops import PEAK_FLOPS, count_params, flops_per_token
 
 
 def detect_peak() -> float | None:

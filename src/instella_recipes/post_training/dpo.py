@@ -1,0 +1,105 @@
+"""Preference tuning (Instella-3B-SFT -> Instella-3B-Instruct) with TRL's DPOTrainer and length-normalised DPO: the
+stage's settings, its Trainer subclass and `main(argv)` (`scripts/dpo.py` is the command line).
+
+The recipe parses into `DPOArguments` (our fields), `CheckedDPOConfig` (TRL's DPOConfig, range-checked, loss names
+checked) and `CheckedModelConfig` (TRL's ModelConfig: input model, LoRA). The pairs are tokenized as the authors'
+`dpo_tune.py` (open-instruct) does: each whole conversation at once, every assistant turn scored, prompt/completion
+cut where their prefix tokenization puts it (`tokenization.prepare_dpo_dataset`, `preference.py`); TRL's trainer
+gets them pre-tokenized with a per-token score mask, so its own preparation (which scores only the last turn) is
+skipped. The authors' `dpo_norm` (policy and reference log-probabilities averaged over the scored tokens instead of
+summed, then the sigmoid DPO loss) is exactly TRL 1.16's `loss_type: sigmoid_norm`: it divides each summed log-ratio
+by its mask's token count before `-logsigmoid(beta * (chosen - rejected))`; the recipe accepts `dpo_norm` as a name
+for it. (TRL's logged `rewards/*` stay beta x the *summed* log-ratios.) `precompute_ref_log_probs: true` computes the
+reference log-probs once before training (no reference model in memory during training). What SFT shares is in
+`run.py`.
+"""
+
+import re
+from dataclasses import dataclass, fields
+
+from trl import DPOConfig, DPOTrainer
+
+from instella_recipes.core import exit_on_recipe_error, parse_recipe, setup_logging
+from instella_recipes.core.checks import check_choice, check_training_arguments
+from instella_recipes.trainer.optim import InstellaOptimMixin
+
+from .preference import SCORED_COLUMNS, DataCollatorForScoredPreference
+from .run import CheckedModelConfig, PostTrainingArguments, build_trainer_for, run_post_training
+from .tokenization import prepare_dpo_dataset
+
+# Our recipe names for TRL's losses (SPEC: Instella's DPO is `dpo_norm`).
+LOSS_ALIASES = {"dpo_norm": "sigmoid_norm", "dpo": "sigmoid"}
+
+
+@dataclass
+class DPOArguments(PostTrainingArguments):
+    """DPO's recipe fields beyond TRL's DPOConfig and ModelConfig: the ones it shares with SFT, nothing more."""
+
+
+def dpo_loss_types() -> list[str] | None:
+    """The loss names TRL's DPOConfig documents, plus our aliases. TRL keeps no list of them in code (its trainer
+    branches on the names), so they are read from the field's help text; None if that text names none (a TRL
+    version that words it differently), and the check is then left to TRL."""
+    help_text = next(f for f in fields(DPOConfig) if f.name == "loss_type").metadata.get("help", "")
+    names = set(re.findall(r"`'(\w+)'`", help_text))
+    return sorted(names | set(LOSS_ALIASES)) if names else None
+
+
+@dataclass
+class CheckedDPOConfig(DPOConfig):
+    """TRL's DPOConfig with its numeric fields range-checked and `loss_type` checked at parse time: without it
+    `beta -5` trains towards the rejected answers and an unknown loss fails only after the model and data load."""
+
+    def __post_init__(self):
+        check_training_arguments(self)
+        known = dpo_loss_types()
+        for name in ([self.loss_type] if isinstance(self.loss_type, str) else self.loss_type) if known else []:
+            check_choice("loss_type", name, known)
+        super().__post_init__()
+
+
+class InstellaDPOTrainer(InstellaOptimMixin, DPOTrainer):
+    """DPOTrainer with Instella's optimizer settings (weight decay applies to all parameters when set), fed rows from
+    `prepare_dpo_dataset` (whole conversations + score masks) through `DataCollatorForScoredPreference`."""
+
+    def __init__(self, *args, data_collator=None, **kwargs):
+        if data_collator is None:
+            training_args, tokenizer = kwargs["args"], kwargs["processing_class"]
+            data_collator = DataCollatorForScoredPreference(
+                pad_token_id=tokenizer.pad_token_id,
+                max_length=training_args.max_length,
+                truncation_mode=training_args.truncation_mode,
+                pad_to_multiple_of=training_args.pad_to_multiple_of,
+            )
+        super().__init__(*args, data_collator=data_collator, **kwargs)
+
+    # private: DPOTrainer's only hook to skip its own tokenisation [test_private_apis]
+    def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+        """The rows are tokenized and checked already (TRL's preparation would score only the last turn)."""
+        missing = set(SCORED_COLUMNS) - set(dataset.column_names)
+        if missing:
+            raise ValueError(f"the {dataset_name} dataset lacks {sorted(missing)}: build it with prepare_dpo_dataset")
+        return dataset
+
+    # private: the Trainer's only hook for the columns `remove_unused_columns` keeps [test_private_apis]
+    def _set_signature_columns_if_needed(self):
+        """The columns the collator reads (the Trainer drops the others when `remove_unused_columns`)."""
+        if self._signature_columns is None:
+            self._signature_columns = [*SCORED_COLUMNS, "ref_chosen_logps", "ref_rejected_logps"]
+
+
+def build_trainer(args: DPOArguments, training_args, model_args, preemption=None):
+    """Everything up to a ready trainer (data checked first); returns (trainer, data report dict)."""
+    training_args.loss_type = [LOSS_ALIASES.get(t, t) for t in training_args.loss_type]
+    return build_trainer_for(
+        InstellaDPOTrainer, prepare_dpo_dataset, args, training_args, model_args, preemption,
+        default_converter="preference",
+    )  # fmt: skip
+
+
+@exit_on_recipe_error
+def main(argv: list[str] | None = None) -> int:
+    """`scripts/dpo.py`: parse the recipe and the command line, then one whole DPO run (exit code 0)."""
+    args, training_args, model_args = parse_recipe([DPOArguments, CheckedDPOConfig, CheckedModelConfig], argv)
+    setup_logging()
+    return run_post_training(build_trainer, args, training_args, model_args, argv, "dpo")

@@ -1,0 +1,111 @@
+"""SFT and DPO tokenization: conversations -> the token rows TRL's trainers take, with the bad-input policy of
+`checks.py` applied on the way (each skipped or truncated row counted in a `DataReport`).
+
+- `prepare_sft_dataset`: `messages` -> `{input_ids, labels}`, the Instella chat template with assistant-only labels
+  (`template.py`), each message's content stripped as the authors' SFT preprocessing does.
+- `prepare_dpo_dataset`: preference pairs -> `{chosen_ids, chosen_mask, rejected_ids, rejected_mask}`, each whole
+  conversation tokenized and every assistant turn scored as open-instruct's `dpo_tune.py` does (`preference.py`).
+"""
+
+from collections import Counter
+
+from datasets import Dataset
+
+from instella_recipes.core import RecipeError
+
+from .checks import OK, TRUNCATED, DataReport, check_overlong_policy, message_problem, pair_problem
+from .preference import score_conversations
+from .template import IGNORE_INDEX, tokenize_conversations
+
+
+def _map_and_count(dataset: Dataset, process, stage: str, num_proc: int | None, desc: str):
+    """Run the batched `process` (it returns the new columns and a `_status` per row), count the statuses in a
+    `DataReport`, keep the rows that may be trained on."""
+    processed = dataset.map(process, batched=True, remove_columns=dataset.column_names, num_proc=num_proc, desc=desc)
+    report = DataReport(stage, len(processed), Counter(processed["_status"]))
+    kept = processed.filter(lambda s: s in (OK, TRUNCATED), input_columns="_status", num_proc=num_proc)
+    return kept.remove_columns("_status"), report
+
+
+def prepare_sft_dataset(
+    dataset: Dataset, tokenizer, max_length: int | None, overlong: str = "truncate", num_proc: int | None = None
+) -> tuple[Dataset, DataReport]:
+    """Validate, strip every message's content (the authors' `.strip()`), tokenize (assistant-only labels) and apply
+    the overlong policy; return `{input_ids, labels}` rows."""
+    check_overlong_policy(overlong)
+    if "messages" not in dataset.column_names:
+        raise RecipeError(f"the SFT dataset has no `messages` column (columns: {dataset.column_names})")
+
+    def process(batch):
+        problems = [message_problem(m) for m in batch["messages"]]
+        # every message's content stripped before rendering, as the authors' prepare_sft_data.py does
+        good = [
+            [{**m, "content": m["content"].strip()} for m in messages]
+            for messages, p in zip(batch["messages"], problems, strict=True)
+            if p is None
+        ]
+        encoded = iter(tokenize_conversations(tokenizer, good))
+        out = {"input_ids": [], "labels": [], "_status": []}
+        for problem in problems:
+            ids, labels, status = [], [], problem
+            if problem is None:
+                row = next(encoded)
+                ids, labels, status = row["input_ids"], row["labels"], OK
+                if max_length is not None and len(ids) > max_length:
+                    if overlong == "drop":
+                        ids, labels, status = [], [], "longer than max_length (dropped)"
+                    else:
+                        ids, labels, status = ids[:max_length], labels[:max_length], TRUNCATED
+                        if all(label == IGNORE_INDEX for label in labels):
+                            ids, labels, status = [], [], "no assistant token within max_length"
+            out["input_ids"].append(ids)
+            out["labels"].append(labels)
+            out["_status"].append(status)
+        return out
+
+    return _map_and_count(dataset, process, "sft", num_proc, "tokenize SFT")
+
+
+def prepare_dpo_dataset(
+    dataset: Dataset, tokenizer, max_length: int | None, overlong: str = "truncate", num_proc: int | None = None
+) -> tuple[Dataset, DataReport]:
+    """Validate preference pairs (whole `chosen` / `rejected` conversations, or TRL's conversational `prompt` +
+    completions, joined) and tokenize each conversation as open-instruct's `dpo_tune.py` does, every assistant turn
+    scored (`preference.py`); apply the overlong policy by token length. Returns `{chosen_ids, chosen_mask,
+    rejected_ids, rejected_mask}` rows for `DataCollatorForScoredPreference`."""
+    check_overlong_policy(overlong)
+    missing = {"chosen", "rejected"} - set(dataset.column_names)
+    if missing:
+        raise RecipeError(
+            f"the preference dataset has no {sorted(missing)} column(s) (columns: {dataset.column_names}); "
+            f"DPO needs `chosen` and `rejected` (and optionally a conversational `prompt`)"
+        )
+
+    def process(batch):
+        prompts = batch.get("prompt") or [None] * len(batch["chosen"])
+        pairs = []
+        for prompt, chosen, rejected in zip(prompts, batch["chosen"], batch["rejected"], strict=True):
+            if prompt is not None and not isinstance(prompt, list):
+                pairs.append((None, None, "not conversational (prompt/chosen/rejected must be message lists)"))
+                continue
+            if prompt and isinstance(chosen, list) and isinstance(rejected, list):
+                chosen, rejected = prompt + chosen, prompt + rejected
+            pairs.append((chosen, rejected, pair_problem(chosen, rejected)))
+        good = [conversation for c, r, problem in pairs if problem is None for conversation in (c, r)]
+        scored = iter(score_conversations(tokenizer, good, max_length))
+        out = {"chosen_ids": [], "chosen_mask": [], "rejected_ids": [], "rejected_mask": [], "_status": []}
+        for _, _, problem in pairs:
+            rows, status = [{"ids": [], "mask": []}] * 2, problem
+            if problem is None:
+                rows, status = [next(scored), next(scored)], OK
+                if any(row["length"] > len(row["ids"]) for row in rows):
+                    status = TRUNCATED if overlong == "truncate" else "longer than max_length (dropped)"
+                if status != "longer than max_length (dropped)" and not all(any(row["mask"]) for row in rows):
+                    status = "no scored token within max_length"
+            for name, row in zip(("chosen", "rejected"), rows, strict=True):
+                out[f"{name}_ids"].append(row["ids"])
+                out[f"{name}_mask"].append(row["mask"])
+            out["_status"].append(status)
+        return out
+
+    return _map_and_count(dataset, process, "dpo", num_proc, "tokenize DPO pairs")

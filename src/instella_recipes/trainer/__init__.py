@@ -1,0 +1,17 @@
+"""Glue on top of transformers' `Trainer` that every training stage shares: pretraining (`training/`), SFT and DPO
+(`post_training/`, through TRL's trainers, which subclass `Trainer`).
+
+- `optim`: `InstellaOptimMixin`, weight decay on every parameter and the OLMo warmup + cosine/linear schedule with
+  the authors' step indexing (the Trainer's own schedulers start their warmup from 0 and index differently).
+- `mixed_precision`: `FSDPReduceDtypeMixin`, FSDP gradients reduced in fp32 under bf16 (accelerate cannot ask for it).
+- `checks`: `CheckedTrainingArguments` (numeric fields range-checked at parse time), the global-batch and
+  tokenizer-fits checks every entry point runs before any work.
+- `checkpoints`: only complete, readable checkpoints are resumed from (`resume_from_checkpoint: auto`).
+- `stop_requests` + `callbacks`: SIGTERM / SIGUSR1 caught from an entry point's first line, then turned into a
+  checkpoint and exit 0 at the next step (`PreemptionCallback`).
+- `flops`: parameter counts, FLOPs per token and MFU (the throughput plugin and the sizing tool).
+
+Why it is ours: transformers and TRL leave these to the user (their extension points, mixins and callbacks, are used
+here; no training loop is copied). It is its own package, below `training/` and `post_training/`, so both stages
+import the same code one way down and neither imports the other.
+"""

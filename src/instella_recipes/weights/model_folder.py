@@ -1,0 +1,91 @@
+"""The one check that a folder (or Hub id) is a model before anything is loaded from it, and the loader wrapper
+that turns a model that does not build from its own files into one clear line."""
+
+import re
+from pathlib import Path
+
+from instella_recipes.core import RecipeError, check_path_length, read_manifest, verify_files
+
+from .safetensors_io import check_readable
+
+# Any one of these makes a folder loadable with AutoTokenizer (a fast tokenizer, its config, or a slow one's vocab).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def looks_like_hub_id(name: str) -> bool:
+    """`org/name` that is not a local path: left to `from_pretrained` (and the Hub) to resolve."""
+    return name.count("/") == 1 and not name.startswith((".", "/", "~")) and not Path(name).exists()
+
+
+def check_model_folder(path: str | Path | None, what: str = "model folder", allow_hub_id: bool = False) -> Path:
+    """`path` as a Path when it is a folder holding `config.json`; otherwise a `RecipeError` that names `what`
+    (the field or role, e.g. `model_name_or_path`, `draft`) and says how to fix it. Its safetensors files must
+    open (headers only: a truncated or random-bytes file is named here, not as a traceback from the loader)."""
+    if path is None or str(path) == "":
+        raise RecipeError(
+            f"{what} is not set: point it at a model folder (a stage output or a save_pretrained folder)"
+        )
+    path = check_path_length(path, what)
+    if allow_hub_id and looks_like_hub_id(str(path)):
+        return path
+    if not path.exists():
+        raise RecipeError(f"{what} {path} does not exist: run the stage that makes it first, or fix the path")
+    if not path.is_dir():
+        raise RecipeError(f"{what} {path} is a file, not a model folder: pass the folder that holds config.json")
+    if not (path / "config.json").is_file():
+        raise RecipeError(
+            f"{what} {path} is not a model folder: it has no config.json (did the stage that writes it finish? "
+            f"models are written with save_pretrained)"
+        )
+    manifest = read_manifest(path)
+    if manifest is not None:  # a stage output: its files as the stage wrote them
+        verify_files(path, manifest, what)
+    check_readable(path)
+    return path
+
+
+def check_tokenizer_folder(path: str | Path, what: str = "model folder", fix: str = "") -> None:
+    """A local folder that `AutoTokenizer` can load from (one of `TOKENIZER_FILES`); otherwise a `RecipeError`
+    naming `what` and the files looked for (`fix` says what else the user can pass). Hub ids are left alone."""
+    path = Path(path)
+    if path.is_dir() and not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise RecipeError(
+            f"{what} {path} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}): save the tokenizer into it "
+            f"(tokenizer.save_pretrained){fix}"
+        )
+
+
+def load_pretrained(load, path, what: str = "model folder", **kwargs):
+    """`load(path, **kwargs)` (a `from_pretrained`), with a checkpoint that does not fit its own config.json (tensor
+    shapes, missing files) turned into a `RecipeError` naming `what`, the folder and the first mismatch. Failures of
+    the machine (an `OSError` with an errno: disk, permissions) pass through for the entry point to name."""
+    try:
+        return load(path, **kwargs)
+    except OSError as err:
+        if err.errno is not None:
+            raise
+        raise RecipeError(f"{what} {path}: {_first_line(str(err))}") from None
+    except (RuntimeError, ValueError) as err:
+        text = str(err)
+        mismatch = re.search(r"size mismatch for ([\w.]+): copying a param with shape (.*?) from checkpoint, the "
+                             r"shape in current model is (.*?)\.?$", text, re.MULTILINE)  # fmt: skip
+        if mismatch:
+            key, stored, wanted = mismatch.groups()
+            raise RecipeError(
+                f"{what} {path}: its weights do not match its config.json ({key}: {_shape(stored)} in the checkpoint, "
+                f"{_shape(wanted)} from the config): restore the config.json the weights were saved with"
+            ) from None
+        if "mismatch" in text.lower() or "shape" in text.lower():
+            raise RecipeError(
+                f"{what} {path}: its weights do not match its config.json ({_first_line(text)})"
+            ) from None
+        raise
+
+
+def _shape(text: str) -> str:
+    return text.replace("torch.Size(", "").rstrip(")")
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else "could not be loaded"

@@ -1,0 +1,73 @@
+"""The end-to-end half of tests/unit/repo/test_documented_commands.py (how commands are read from the docs: its
+docstring): the tiny commands run for real, in document order, in a scratch folder, with `--max_steps 2` on training.
+"""
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit.repo import test_documented_commands as unit_half  # fixtures and helpers both halves use
+
+(
+    COMMANDS,
+    DOCS,
+    EXTERNAL,
+    FENCE,
+    INLINE,
+    LOOP,
+    ROOT,
+    RUN,
+    RUN_FIRST,
+    _block_commands,
+    _expect_exit_zero,
+    _is_tiny,
+    _main,
+    _script_part,
+    _split,
+    _strip_comment,
+    classify,
+    documented_commands,
+) = (
+    unit_half.COMMANDS,
+    unit_half.DOCS,
+    unit_half.EXTERNAL,
+    unit_half.FENCE,
+    unit_half.INLINE,
+    unit_half.LOOP,
+    unit_half.ROOT,
+    unit_half.RUN,
+    unit_half.RUN_FIRST,
+    unit_half._block_commands,
+    unit_half._expect_exit_zero,
+    unit_half._is_tiny,
+    unit_half._main,
+    unit_half._script_part,
+    unit_half._split,
+    unit_half._strip_comment,
+    unit_half.classify,
+    unit_half.documented_commands,
+)
+
+
+TRAINING = {"pretrain", "sft", "dpo"}
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_tiny_documented_commands_run_in_order(tmp_path, monkeypatch):
+    """The tiny commands as written (plus `--max_steps 2` for training), each finding its inputs where an earlier
+    documented command wrote them."""
+    for name in ("recipes", "eval"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    monkeypatch.chdir(tmp_path)
+    for where, argv in RUN:
+        script, *args = _script_part(argv)
+        extra = ["--max_steps", "2"] if Path(script).stem in TRAINING else []
+        print(f"{where}: {shlex.join(argv)}", file=sys.stderr)
+        _expect_exit_zero(_main(script), args + extra)
+    made = {p.name for p in Path("runs/demo").iterdir()}
+    assert {"prepare", "stage1", "merge", "draft", "sft", "dpo", "sft-lora"} <= made
+    assert all((Path("runs/demo") / n / "manifest.json").is_file() for n in ("merge", "sft", "dpo", "sft-lora"))
+    assert os.path.isfile("runs/demo/sft-lora/adapter/adapter_config.json")

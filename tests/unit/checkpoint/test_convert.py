@@ -1,0 +1,35 @@
+"""Training-format (OLMo) <-> Hub-format checkpoints: exact key mapping, bit-exact round trip, streaming CLI."""
+
+import pytest
+import torch
+
+from instella_recipes.checkpoint.convert import convert_state_dict
+from modeling_instella import InstellaForCausalLM
+from tests.conftest import tiny_config
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return InstellaForCausalLM(tiny_config(num_key_value_heads=2)).eval()
+
+
+def test_fused_layout_is_q_k_v_and_up_then_gate(model):
+    hub = model.state_dict()
+    training = convert_state_dict(hub, model.config, to="training")
+    att = training["transformer.blocks.1.att_proj.weight"]
+    q, k, v = (hub[f"model.layers.1.self_attn.{n}_proj.weight"] for n in "qkv")
+    assert att.shape == (64 + 32 + 32, 64) and torch.equal(att, torch.cat([q, k, v]))
+    ff = training["transformer.blocks.0.ff_proj.weight"]
+    up, gate = hub["model.layers.0.mlp.up_proj.weight"], hub["model.layers.0.mlp.gate_proj.weight"]
+    assert torch.equal(ff, torch.cat([up, gate]))
+    assert torch.equal(training["transformer.ff_out.weight"], hub["lm_head.weight"])
+    assert torch.equal(training["transformer.blocks.0.ff_out.weight"], hub["model.layers.0.mlp.down_proj.weight"])
+    assert len(training) == 3 + 2 * 8
+
+
+def test_round_trip_is_bit_exact(model):
+    hub = model.state_dict()
+    back = convert_state_dict(convert_state_dict(hub, model.config, to="training"), model.config, to="hub")
+    assert back.keys() == hub.keys()
+    assert all(torch.equal(back[k], hub[k]) for k in hub)

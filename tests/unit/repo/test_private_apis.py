@@ -1,0 +1,345 @@
+"""Canaries for the private library APIs we still use (each use carries a `# private: ... [test_private_apis]` line
+saying why no public API serves). Each test checks the name, the signature and the behaviour our code relies on, so
+an upgrade that renames or changes one fails here, naming the library version and our code that needs a fix, rather
+than as a wrong number deep inside a run. Fast: no training, no model bigger than a few parameters."""
+
+import argparse
+import inspect
+import os
+import sys
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import datasets
+import lm_eval
+import pytest
+import torch
+import transformers
+import trl
+
+from tests.conftest import tiny_config
+
+
+def _params(fn) -> list[str]:
+    return list(inspect.signature(fn).parameters)
+
+
+def _check(ok: bool, library: str, what: str, users: str) -> None:
+    """Fail with a message that says which private API changed, in which installed version, and what uses it."""
+    versions = {"transformers": transformers, "trl": trl, "torch": torch, "datasets": datasets, "lm_eval": lm_eval}
+    version = getattr(versions.get(library), "__version__", sys.version.split()[0])
+    assert ok, f"private API changed in {library} {version}: {what}. Used by {users}: port it to the new API."
+
+
+def _calls(function, name: str) -> bool:
+    return f"{name}(" in inspect.getsource(function)
+
+
+# --- transformers Trainer -------------------------------------------------------------------------------------------
+def test_trainer_checkpoint_and_grad_norm_hooks():
+    from transformers import Trainer
+
+    users = "training/pretrain_trainer.py PretrainTrainer"
+    _check(
+        _params(Trainer._save_checkpoint) == ["self", "model", "trial"],
+        "transformers",
+        "Trainer._save_checkpoint(model, trial)",
+        users,
+    )
+    # PretrainTrainer stages a checkpoint by pointing args.output_dir elsewhere while the Trainer saves
+    _check(
+        _calls(Trainer._save_checkpoint, "self._get_output_dir")
+        and "self.args.output_dir" in inspect.getsource(Trainer._get_output_dir),
+        "transformers",
+        "Trainer._save_checkpoint writes under args.output_dir (via _get_output_dir)",
+        users,
+    )
+    _check(
+        _params(Trainer._get_grad_norm) == ["self", "model", "grad_norm"],
+        "transformers",
+        "Trainer._get_grad_norm(model, grad_norm=None)",
+        users,
+    )
+    # the skip of a non-finite step relies on the norm being computed before the optimizer steps
+    module = inspect.getsource(sys.modules[Trainer.__module__])
+    norm_at = module.find("self._get_grad_norm(")
+    step_at = module.find("self.optimizer.step()", max(norm_at, 0))
+    _check(
+        norm_at > -1 and 0 < step_at - norm_at < 1000,
+        "transformers",
+        "the training loop calls _get_grad_norm just before optimizer.step()",
+        users,
+    )
+
+
+def test_trainer_sampler_columns_scheduler_and_loss_flags():
+    from transformers import Trainer
+
+    users = "PretrainTrainer (training/pretrain_trainer.py), InstellaOptimMixin (trainer/optim.py), DPO's Trainer"
+    _check(
+        _params(Trainer._get_train_sampler) == ["self", "train_dataset"],
+        "transformers",
+        "Trainer._get_train_sampler(train_dataset=None)",
+        users,
+    )
+    _check(
+        _params(Trainer._set_signature_columns_if_needed) == ["self"]
+        and "self._signature_columns" in inspect.getsource(Trainer._set_signature_columns_if_needed)
+        and "self._signature_columns = None" in inspect.getsource(Trainer.__init__),
+        "transformers",
+        "Trainer._set_signature_columns_if_needed fills self._signature_columns (None until then)",
+        users,
+    )
+    module = inspect.getsource(sys.modules[Trainer.__module__])
+    _check(
+        "self._created_lr_scheduler = False" in module and "if self._created_lr_scheduler:" in module,
+        "transformers",
+        "Trainer._created_lr_scheduler (drop the scheduler it made before a new train())",
+        users,
+    )
+    _check(
+        "self._loss_shifts_labels = " in inspect.getsource(Trainer.__init__)
+        and "if self._loss_shifts_labels" in module,
+        "transformers",
+        "Trainer._loss_shifts_labels (count input tokens, not shifted labels, for the loss normaliser)",
+        users,
+    )
+
+
+# --- TRL ------------------------------------------------------------------------------------------------------------
+def test_dpo_trainer_prepare_dataset_hook():
+    from trl import DPOTrainer
+
+    users = "post_training/dpo.py InstellaDPOTrainer"
+    _check(
+        _params(DPOTrainer._prepare_dataset) == ["self", "dataset", "processing_class", "args", "dataset_name"],
+        "trl",
+        "DPOTrainer._prepare_dataset(dataset, processing_class, args, dataset_name)",
+        users,
+    )
+    _check(
+        _calls(DPOTrainer.__init__, "self._prepare_dataset"),
+        "trl",
+        "DPOTrainer.__init__ tokenises through self._prepare_dataset",
+        users,
+    )
+    _check(
+        _params(DPOTrainer._set_signature_columns_if_needed) == ["self"],
+        "trl",
+        "DPOTrainer._set_signature_columns_if_needed()",
+        users,
+    )
+
+
+# --- transformers generation and models ----------------------------------------------------------------------------
+def test_assisted_generation_builds_its_generator_in_get_candidate_generator():
+    from transformers.generation import AssistedCandidateGenerator, GenerationMixin
+
+    from instella_recipes.evaluation.speculative import DraftLoopCandidateGenerator
+
+    users = "evaluation/speculative.py count_drafts / DraftLoopCandidateGenerator"
+    module = inspect.getsource(sys.modules[GenerationMixin.__module__])
+    _check(
+        hasattr(GenerationMixin, "_get_candidate_generator") and "self._get_candidate_generator(" in module,
+        "transformers",
+        "generate() builds its candidate generator with self._get_candidate_generator(...)",
+        users,
+    )
+    _check(
+        _params(AssistedCandidateGenerator._generate_candidates) == ["self", "generation_args"]
+        and _calls(AssistedCandidateGenerator.get_candidates, "self._generate_candidates"),
+        "transformers",
+        "AssistedCandidateGenerator.get_candidates drafts through self._generate_candidates(generation_args)",
+        users,
+    )
+    prepare = inspect.getsource(AssistedCandidateGenerator)
+    _check(
+        '"max_new_tokens"' in prepare and '"min_new_tokens"' in prepare,
+        "transformers",
+        "the draft's generation_args carry max_new_tokens and min_new_tokens",
+        users,
+    )
+    init = inspect.getsource(AssistedCandidateGenerator.__init__)
+    for attribute in (
+        "assistant_model",
+        "assistant_kwargs",
+        "generation_config",
+        "assistant_generation_config",
+        "logits_processor",
+        "input_ids_key",
+    ):
+        _check(
+            f"self.{attribute} =" in init, "transformers", f"AssistedCandidateGenerator sets self.{attribute}", users
+        )
+    # the __class__ swap is only sound while the subclass adds no state of its own
+    _check(
+        not {"__init__", "__slots__"} & set(vars(DraftLoopCandidateGenerator)),
+        "our code",
+        "DraftLoopCandidateGenerator must add no __init__/__slots__ (count_drafts swaps __class__)",
+        users,
+    )
+
+
+def test_attention_implementation_check_is_the_one_our_model_overrides():
+    from transformers import PreTrainedModel
+
+    from modeling_instella import InstellaForCausalLM
+
+    users = "modeling_instella InstellaPreTrainedModel._check_and_adjust_attn_implementation"
+    params = _params(PreTrainedModel._check_and_adjust_attn_implementation)
+    _check(
+        params[:3] == ["self", "attn_implementation", "is_init_check"],
+        "transformers",
+        "PreTrainedModel._check_and_adjust_attn_implementation(attn_implementation, is_init_check, ...)",
+        users,
+    )
+    model = InstellaForCausalLM(tiny_config())
+    seen = []
+    original = InstellaForCausalLM._check_and_adjust_attn_implementation
+
+    def spy(self, attn_implementation, *args, **kwargs):
+        seen.append(attn_implementation)
+        return original(self, attn_implementation, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(InstellaForCausalLM, "_check_and_adjust_attn_implementation", spy)
+        model.set_attn_implementation("eager")
+    _check(seen == ["eager"], "transformers", "set_attn_implementation passes through the check we override", users)
+
+
+# --- torch ----------------------------------------------------------------------------------------------------------
+def test_dcp_unflatten_state_dict_restores_the_nesting():
+    from torch.distributed.checkpoint._nested_dict import flatten_state_dict, unflatten_state_dict
+
+    users = "checkpoint/reshape.py reshard"
+    nested = {"model": {"w": torch.ones(2)}, "optim": {"state": {"w": {"step": torch.tensor(3.0)}}, "lr": [0.1]}}
+    flat, mapping = flatten_state_dict(nested)
+    _check(
+        _params(unflatten_state_dict)[:2] == ["state_dict", "mapping"],
+        "torch",
+        "torch.distributed.checkpoint._nested_dict.unflatten_state_dict(state_dict, mapping)",
+        users,
+    )
+    back = unflatten_state_dict(flat, mapping)
+    _check(
+        back.keys() == nested.keys()
+        and torch.equal(back["model"]["w"], nested["model"]["w"])
+        and back["optim"]["state"]["w"]["step"].item() == 3.0,
+        "torch",
+        "unflatten_state_dict(flat, planner_data) gives back the nested dict",
+        users,
+    )
+
+
+def test_gloo_group_timeout_can_be_set_after_start():
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _set_pg_timeout
+
+    users = "training/pretrain_trainer.py apply_collective_timeout"
+    _check(
+        _params(_set_pg_timeout) == ["timeout", "group"],
+        "torch",
+        "torch.distributed.distributed_c10d._set_pg_timeout(timeout, group=None)",
+        users,
+    )
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        _set_pg_timeout(timedelta(seconds=7))  # raises if the gloo backend no longer takes a timeout
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        _check(t.item() == 1.0, "torch", "the group works after _set_pg_timeout", users)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_current_graph_task_id_tells_backward_from_forward():
+    users = "training/moe.py _in_backward (router counts under activation checkpointing)"
+    _check(
+        callable(getattr(torch._C, "_current_graph_task_id", None)),
+        "torch",
+        "torch._C._current_graph_task_id() exists",
+        users,
+    )
+    seen = []
+    x = torch.ones(2, requires_grad=True)
+    y = x * 2
+    y.register_hook(lambda grad: seen.append(torch._C._current_graph_task_id()))
+    outside = torch._C._current_graph_task_id()
+    y.sum().backward()
+    _check(
+        outside == -1 and seen and seen[0] != -1,
+        "torch",
+        "_current_graph_task_id() is -1 outside backward and not -1 inside it",
+        users,
+    )
+
+
+# --- datasets, lm-eval, argparse, CPython ---------------------------------------------------------------------------
+def test_dataset_indices_mapping_attribute():
+    users = "data/prepare.py (flatten_indices only when a mapping exists)"
+    plain = datasets.Dataset.from_dict({"a": [1, 2, 3]})
+    picked = plain.select([2, 0])
+    combined = datasets.concatenate_datasets([plain, picked])
+    _check(
+        hasattr(plain, "_indices")
+        and plain._indices is None
+        and picked._indices is not None
+        and combined._indices is not None
+        and combined.flatten_indices()._indices is None,
+        "datasets",
+        "Dataset._indices is None exactly when no indices mapping lies over the Arrow table",
+        users,
+    )
+
+
+def test_configurable_task_metric_tables():
+    from lm_eval.api.task import ConfigurableTask
+
+    users = "evaluation/olmes_task.py OlmesTask.__init__ / process_results"
+    init = inspect.getsource(ConfigurableTask.__init__)
+    for name in ("_metric_fn_list", "_metric_fn_kwargs", "_aggregation_list", "_higher_is_better"):
+        _check(f"self.{name} = {{}}" in init, "lm_eval", f"ConfigurableTask keeps self.{name}", users)
+    task = ConfigurableTask.__new__(ConfigurableTask)
+    task._aggregation_list, task._higher_is_better = {"acc": len}, {"acc": True}
+    _check(
+        task.aggregation() == {"acc": len} and task.higher_is_better() == {"acc": True},
+        "lm_eval",
+        "ConfigurableTask.aggregation()/higher_is_better() return those tables",
+        users,
+    )
+
+
+def test_argparse_lists_its_actions():
+    from transformers import HfArgumentParser
+
+    users = "core/recipe.py check_flags / _merge_repeated_lists"
+
+    @dataclass
+    class Probe:
+        stages: list[str] = field(default_factory=list)
+        seed: int = 0
+
+    for parser in (HfArgumentParser([Probe]), argparse.ArgumentParser()):
+        _check(
+            all(isinstance(a, argparse.Action) for a in getattr(parser, "_actions", None) or [None]),
+            "argparse",
+            "ArgumentParser._actions lists the parser's Action objects",
+            users,
+        )
+    actions = {o: a for a in HfArgumentParser([Probe])._actions for o in a.option_strings}
+    _check(
+        {"--stages", "--seed", "--help"} <= actions.keys() and actions["--stages"].nargs in ("+", "*"),
+        "argparse",
+        "each Action has option_strings and nargs ('+' or '*' for list fields)",
+        users,
+    )
+
+
+def test_base_executable_names_the_real_interpreter():
+    users = "sandbox/pool.py _python (the interpreter the sandbox runs, not a venv shim)"
+    base = getattr(sys, "_base_executable", None)
+    _check(
+        isinstance(base, str) and os.path.isfile(base), "python", "sys._base_executable is an interpreter path", users
+    )

@@ -1,0 +1,109 @@
+"""Sizing CLI: SPEC.md numbers for Instella-3B, alignment flags, vocab padding, memory model, bad input."""
+
+import json
+
+import pytest
+
+from instella_recipes.systems import sizing
+from instella_recipes.systems.sizing import Cluster, memory_per_gpu, pad_to, resolve_config, size
+from instella_recipes.trainer.flops import count_params_from_config
+
+
+def run(capsys, *argv):
+    sizing.main(list(argv))
+    return capsys.readouterr().out
+
+
+def test_instella_3b_report_matches_spec(capsys):
+    report = json.loads(
+        run(
+            capsys,
+            "--model",
+            "instella-3b",
+            "--nodes",
+            "16",
+            "--tokenizer_vocab",
+            "50280",
+            "--target_mfu",
+            "0.5",
+            "--json",
+        )  # fmt: skip
+    )
+    assert report["params"]["total"] == 3_112_675_840 and report["params"]["active"] == 3_112_675_840
+    assert report["flops_per_token"] == 22_433_233_920
+    assert report["vocab"]["pad_64"] == 50304 and report["vocab"]["pad_256"] == 50432
+    assert report["tokens_per_second"]["H200"]["per_gpu"] == pytest.approx(22_043, rel=1e-3)  # SPEC.md 6
+    assert report["tokens_per_second"]["MI300X"]["cluster"] == pytest.approx(0.5 * 1307e12 * 128 / 22_433_233_920)
+    gemms = {g["name"]: g for g in report["gemms"]}
+    assert gemms["attention QK^T"]["flags"] == "K=80 not /64/128/256"  # head_dim 80
+    assert gemms["mlp gate / up"]["flags"] == "ok" and gemms["lm_head"]["flags"] == "N=50304 not /256"
+    text = run(capsys, "--model", "instella-3b", "--tokenizer_vocab", "50280")
+    assert "tokenizer 50,280 -> pad to 50,304" in text and "| head_dim | 80 | not /64/128/256 |" in text
+
+
+def test_memory_model_shards_as_documented():
+    config = resolve_config("instella-3b")
+    counts = count_params_from_config(config)
+    memory = memory_per_gpu(config, counts, Cluster(nodes=16, gpus_per_node=8))
+    p = counts.total
+    assert memory["DDP"]["optimizer"] == pytest.approx(p * 8 / 1e9)
+    assert memory["ZeRO-1"]["optimizer"] == pytest.approx(p * 8 / 128 / 1e9)
+    assert memory["FSDP full shard"]["gradients"] == pytest.approx(p * 4 / 128 / 1e9)
+    assert memory["FSDP hybrid shard"]["gradients"] == pytest.approx(p * 4 / 8 / 1e9)
+    assert len({round(m["activations"], 6) for m in memory.values()}) == 1
+
+
+def test_zaya_recipe_counts_active_experts_only():
+    report = size(resolve_config("recipes/zaya1/zaya1_base_mi300x.yaml"), Cluster(seq_len=4096))
+    params = report["params"]
+    assert params["total"] - params["embedding"] == 8_303_355_728  # SPEC.md 5: 8.3B (without the embedding)
+    assert 0.75e9 < params["active"] - params["embedding"] < 0.77e9  # SPEC.md 5: 760M active
+    assert params["routed_experts"] == 40 * 16 * 3 * 2048 * 2048
+
+
+def test_bad_input_is_clear(capsys):
+    for argv, message in (
+        (["--model", "gpt-5"], "neither a preset"),
+        (["--nodes", "0"], "nodes must be >= 1, got 0"),
+        (["--target_mfu", "1.5"], "target_mfu must be in (0, 1], got 1.5"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            sizing.main(argv)
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert pad_to(50280, 64) == 50304
+
+
+def test_sequence_length_defaults_to_the_models_context(capsys, tiny_model_dir):
+    """The tiny model's context is 256: sizing it at 4096 tokens would describe a run it cannot do."""
+    report = json.loads(run(capsys, "--model", str(tiny_model_dir), "--json"))
+    assert report["seq_len"] == 256 and report["cluster"]["seq_len"] == 256
+    assert json.loads(run(capsys, "--model", "instella-3b", "--json"))["seq_len"] == 4096
+    assert json.loads(run(capsys, "--model", "amd-llama-135m", "--json"))["seq_len"] == 2048
+    text = run(capsys, "--model", str(tiny_model_dir))
+    assert "parameters (" in text and "0.000B" not in text  # a toy model's heading in K/M, not 0.000B
+
+
+def test_lora_memory_counts_adapters_as_peft_builds_them(tiny_model_dir):
+    """The LoRA row of the one-GPU fine-tune (docs/finetune_one_gpu.md): a frozen bf16 base, fp32 adapters with
+    gradients and AdamW state; the adapter count equals PEFT's own on the same model."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from instella_recipes.systems.sizing import LORA_TARGETS, lora_params
+
+    config = resolve_config(str(tiny_model_dir))
+    peft_model = get_peft_model(
+        AutoModelForCausalLM.from_config(config), LoraConfig(r=8, target_modules=list(LORA_TARGETS))
+    )
+    trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    assert lora_params(config, 8) == trainable
+
+    big = resolve_config("instella-3b")
+    counts = count_params_from_config(big)
+    cluster = Cluster(gpus_per_node=1, seq_len=2048, weight_bytes=2, lora_r=16)
+    ddp = memory_per_gpu(big, counts, cluster)["DDP"]
+    adapters = lora_params(big, 16)
+    assert ddp["weights"] == pytest.approx((counts.total * 2 + adapters * 4) / 1e9)
+    assert ddp["gradients"] == pytest.approx(adapters * 4 / 1e9) and ddp["optimizer"] == pytest.approx(
+        adapters * 8 / 1e9
+    )
