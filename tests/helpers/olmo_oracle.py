@@ -18,6 +18,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import json
+import os
 import subprocess
 import sys
 import types
@@ -139,6 +140,11 @@ def main(target: str) -> None:
     olmo = _import_olmo_data(Path(target))
     specs = json.loads(sys.stdin.read())
     json.dump([_micro_batches(olmo, spec) for spec in specs], sys.stdout)
+    sys.stdout.flush()
+    # The authors' loader keeps prefetch threads running when we stop after `steps` batches; tearing the interpreter
+    # down under them can abort in C++ ("terminate called without an active exception", seen once in CI) after the
+    # answer is complete. The answer is written and flushed: leave without the teardown.
+    os._exit(0)
 
 
 if __name__ == "__main__":
