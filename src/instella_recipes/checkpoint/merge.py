@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from instella_recipes.core import (
     RecipeError,
     atomic_output_dir,
-    check_output_dir,
+    check_replaceable,
     exit_on_recipe_error,
     get_logger,
     parse_recipe,
@@ -140,8 +140,6 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     if not args.output_dir:
         raise RecipeError("set --output_dir")
-    output = check_output_dir(args.output_dir, args.overwrite, inputs=[("an input", path) for path in args.inputs])
-    if output.is_dir() and any(output.iterdir()) and not args.overwrite:
-        raise RecipeError(f"output_dir {output} exists and is not empty; choose another one")
+    check_replaceable(args.output_dir, args.overwrite, inputs=[("an input", path) for path in args.inputs])
     merge(args.inputs, args.output_dir, args.weights, args.dtype, args.max_shard_size, args.overwrite)
     return 0

@@ -207,6 +207,21 @@ def swap_in_folder(tmp: str | Path, path: str | Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
+def check_replaceable(
+    path: str | Path, overwrite: bool = False, what: str = "output_dir", inputs: Iterable[tuple[str, str]] = ()
+) -> Path:
+    """`check_output_dir`, and for an output written whole (`atomic_output_dir`, not a resumable training folder):
+    a non-empty folder at `path` that is no finished output is refused unless `overwrite`, since replacing it would
+    delete files no stage of ours wrote."""
+    path = check_output_dir(path, overwrite, what, inputs)
+    if path.is_dir() and any(path.iterdir()) and not overwrite and complete_stage(path) is None:
+        raise RecipeError(
+            f"{what} {path} exists and holds files but no finished output: choose another {what}, or pass "
+            "--overwrite true to replace it"
+        )
+    return path
+
+
 @contextlib.contextmanager
 def atomic_output_dir(
     path: str | Path, overwrite: bool = False, inputs: Iterable[tuple[str, str]] = (), what: str = "output_dir"
@@ -215,12 +230,12 @@ def atomic_output_dir(
 
     The output-folder rule applies (`check_output_dir`): a complete output at `path` is replaced only with
     `overwrite=True`, and stays in place, complete, until the new one is (then it is swapped out, manifest first).
-    Any other folder at `path` is replaced (callers refuse earlier what they must not replace). On an exception the
-    partial folder is removed and `path` is untouched; a full disk is reported naming `path`
-    (`naming_write_failures`).
+    A folder at `path` that holds files but no finished output (someone's own files) is refused too unless
+    `overwrite` (`check_replaceable`). On an exception the partial folder is removed and `path` is untouched; a full
+    disk is reported naming `path` (`naming_write_failures`).
     """
     inputs = list(inputs)
-    path = check_output_dir(path, overwrite, what, inputs)
+    path = check_replaceable(path, overwrite, what, inputs)
     tmp = partial_path(path)
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(path.with_name(path.name + ASIDE), ignore_errors=True)

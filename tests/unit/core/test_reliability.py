@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from instella_recipes.core import RecipeError, read_manifest, write_manifest
+from instella_recipes.core import RecipeError, atomic_output_dir, read_manifest, write_manifest
 from instella_recipes.trainer.checkpoints import find_resume_checkpoint
 from instella_recipes.training.pretrain import main as pretrain_main
 from instella_recipes.weights import check_model_folder
@@ -238,3 +238,24 @@ def test_claim_empties_only_a_complete_output(tmp_path):
         claim_output_dir(tmp_path)
     claim_output_dir(tmp_path, overwrite=True)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_written_whole_never_replaces_someone_elses_files_without_overwrite(tmp_path):
+    """`atomic_output_dir` (convert, merge, reshape's export, release, prepare) refuses a non-empty folder that is no
+    finished output unless `overwrite`, and leaves its files; an empty folder is simply used."""
+    theirs = tmp_path / "hf_folder"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    with pytest.raises(RecipeError, match="holds files but no finished output.*--overwrite true"):
+        with atomic_output_dir(theirs) as partial:
+            (partial / "model.safetensors").write_text("new")
+    assert sorted(p.name for p in theirs.iterdir()) == ["notes.txt"]
+    assert not (tmp_path / "hf_folder.partial").exists()
+    with atomic_output_dir(theirs, overwrite=True) as partial:
+        (partial / "model.safetensors").write_text("new")
+    assert sorted(p.name for p in theirs.iterdir()) == ["model.safetensors"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with atomic_output_dir(empty) as partial:
+        (partial / "a.txt").write_text("a")
+    assert (empty / "a.txt").read_text() == "a"
