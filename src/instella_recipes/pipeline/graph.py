@@ -42,6 +42,7 @@ import yaml
 
 from instella_recipes.core import RecipeError, did_you_mean
 from instella_recipes.core.paths import REPO_ROOT as ROOT
+from instella_recipes.core.recipe import load_yaml_text
 from instella_recipes.core.variables import PLACEHOLDER, fill_placeholders
 
 NAME = re.compile(r"^[A-Za-z0-9_]+$")
@@ -150,9 +151,9 @@ def _check_keys(mapping: dict, known: set[str], where: str, what: str) -> None:
             raise RecipeError(f"{where}: unknown {what} key '{key}' ({hint})")
 
 
-def _stage_lines(text: str) -> list[tuple[int, dict[str, int]]]:
-    """For each entry of the top-level `stages:` list: its line and the line of each of its keys."""
-    node = yaml.compose(text)
+def _stage_lines(node) -> list[tuple[int, dict[str, int]]]:
+    """For each entry of the top-level `stages:` list of the composed document `node`: its line and the line of each
+    of its keys."""
     for key, value in node.value if node is not None else []:
         if key.value == "stages" and isinstance(value, yaml.SequenceNode):
             return [
@@ -177,15 +178,11 @@ def _read_yaml(path: Path) -> tuple[dict, list, dict[str, int]]:
     """The pipeline mapping, each stage's (line, key lines), and each top-level key's line; shape checked."""
     if not path.is_file():
         raise RecipeError(f"pipeline file {path} does not exist (pass --config recipes/<model>/pipeline.yaml)")
-    text = path.read_text()
-    try:
-        data = yaml.safe_load(text)
-        lines = _stage_lines(text)
-    except yaml.YAMLError as err:
-        raise RecipeError(f"{path}: not valid YAML: {err}") from None
+    data, node = load_yaml_text(path.read_text(), path)  # one parse; duplicate keys refused, as in a recipe
     if not isinstance(data, dict) or not isinstance(data.get("stages"), list) or not data["stages"]:
         raise RecipeError(f"{path}: a pipeline is a mapping with a non-empty `stages:` list")
-    top_lines = {k.value: k.start_mark.line + 1 for k, _ in yaml.compose(text).value}
+    lines = _stage_lines(node)
+    top_lines = {k.value: k.start_mark.line + 1 for k, _ in node.value}
     for key in data:
         if key not in TOP_KEYS:
             _check_keys({key: None}, TOP_KEYS, f"{path}:{top_lines.get(key, '?')}", "top-level")

@@ -202,6 +202,10 @@ def test_dry_run_prints_commands_and_status(graph, capsys):
         ("  - name: a\n    command: DUMMY\n    recipe: missing.yaml\n", "recipe missing.yaml does not exist"),
         ("  - name: a\n    command: nothere.py\n", "entry point nothere.py does not exist"),
         ("  - name: a\n    command: DUMMY\n    output: ../escape\n", "must be a folder inside the output_dir"),
+        (
+            "  - name: a\n    command: DUMMY\n    command: OTHER\n",
+            "pipeline.yaml:5: duplicate key 'command'",
+        ),
     ],
 )
 def test_bad_pipeline_files_are_clear_errors(tmp_path, body, message):
