@@ -106,7 +106,6 @@ def load_tokenizer_with_template(args: PostTrainingArguments, model_args):
     """The tokenizer (its own path, else the input model's folder) with the Instella chat template installed."""
     model_path = model_args.model_name_or_path
     if not args.tokenizer_name_or_path:
-        check_model_path(model_args)
         check_tokenizer_folder(model_path, "model_name_or_path", " or pass tokenizer_name_or_path")
     tokenizer = load_tokenizer(args.tokenizer_name_or_path or model_path)
     return install_chat_template(tokenizer, args.template_path)
@@ -126,8 +125,8 @@ def check_model_path(model_args) -> None:
 
 
 def load_model(model_args):
-    """The input model (any HF folder or Hub id with an Instella or other causal LM) in `model_args.dtype`."""
-    check_model_path(model_args)
+    """The input model (any HF folder or Hub id with an Instella or other causal LM) in `model_args.dtype`; its
+    folder was checked by `check_model_path` before any work."""
     path = model_args.model_name_or_path
     dtype = getattr(torch, model_args.dtype) if model_args.dtype not in (None, "auto") else model_args.dtype
     model = load_pretrained(
@@ -253,6 +252,7 @@ def build_trainer_for(
     into it."""
     inputs = [("model_name_or_path", model_args.model_name_or_path)]
     check_output_dir(training_args.output_dir, args.overwrite, inputs=inputs)
+    check_model_path(model_args)  # once, before the data is tokenized (also when the tokenizer comes from elsewhere)
     check_schedule_kwargs(training_args.lr_scheduler_kwargs)
     _stop_point(preemption, "before loading anything")
     tokenizer = load_tokenizer_with_template(args, model_args)
