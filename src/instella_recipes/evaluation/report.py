@@ -20,6 +20,7 @@ import yaml
 
 from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.core.paths import PUBLISHED_DIR
+from instella_recipes.core.variables import split_assignment
 from instella_recipes.evaluation.olmes_settings import CAVEATS
 from instella_recipes.evaluation.results import eval_result_files
 from instella_recipes.evaluation.tasks import SUITES, TINY_WORLD_METRICS
@@ -217,14 +218,15 @@ class EvalReportArguments:
 
 
 def parse_judge(items: list[str]) -> dict[str, float]:
-    """`["AE2=17.1", "MT-B=7.0"]` -> `{"AE2": 17.1, "MT-B": 7.0}`; a clear error for anything else."""
+    """`["AE2=17.1", "MT-B=7.0"]` -> `{"AE2": 17.1, "MT-B": 7.0}`; a clear error for anything else (no `=`, no
+    label: `split_assignment`, the project's one `VAR=VALUE` reader; a value that is no number)."""
     out = {}
     for item in items:
-        label, sep, value = item.partition("=")
+        label, value = split_assignment(item, "--judge", "LABEL=NUMBER")
         try:
-            out[label] = float(value) if sep else float("x")
-        except ValueError as error:
-            raise RecipeError(f"--judge expects LABEL=NUMBER, got {item!r}") from error
+            out[label] = float(value)
+        except ValueError:
+            raise RecipeError(f"--judge expects LABEL=NUMBER, got '{item}'") from None
     return out
 
 

@@ -206,3 +206,10 @@ def test_tiny_world_report_has_the_demo_tasks_and_claims_no_published_numbers(tm
     assert "vs published" in report.chart_title(*report.build_rows("amd_llama_135m", [tmp_path]))
     table, _ = report.write_report("tiny_world", [tmp_path], tmp_path / "out", names=["sft"])
     assert "tiny_world_facts_chat" in table.read_text()
+
+
+def test_judge_scores_are_label_number_pairs():
+    assert report.parse_judge(["AE2=17.1", "MT-B=7.0"]) == {"AE2": 17.1, "MT-B": 7.0}
+    for bad in ("=5", "AE2", "AE2=high"):
+        with pytest.raises(RecipeError, match="--judge expects LABEL=NUMBER"):
+            report.parse_judge([bad])
