@@ -207,8 +207,10 @@ def prepare(args: PrepareArguments) -> Path:
     if existing is not None and existing.get("stage") == STAGE and existing.get("fingerprint") == digest:
         logger.info(f"prepare_data: {out} is up to date ({existing['num_windows']} windows); reusing it")
         return out
+    # what the sources read from disk: no folder this stage replaces may be or hold one (core.io's output rule)
+    local = [(f"source '{s.name}' path", s.path) for s in specs if s.path]
     if existing is None or existing.get("stage") != STAGE:  # another stage's output: the rule of core.io
-        check_output_dir(out, args.overwrite)
+        check_output_dir(out, args.overwrite, inputs=local)
     if out.exists() and any(out.iterdir()) and not args.overwrite:
         what = (
             f"made from different inputs (changed: {', '.join(_changed(existing.get('inputs', {}), inputs))})"
@@ -229,7 +231,7 @@ def prepare(args: PrepareArguments) -> Path:
     dtype = token_dtype(len(tokenizer))
 
     # overwrite: an existing folder was refused above unless --overwrite; it is replaced only once complete
-    with atomic_output_dir(out, overwrite=args.overwrite) as partial:
+    with atomic_output_dir(out, overwrite=args.overwrite, inputs=local) as partial:
         tokenizer.save_pretrained(partial / "tokenizer")
         writer = WindowWriter(partial / TOKENS, args.seq_len, dtype)
         with name_undecodable_line(specs):

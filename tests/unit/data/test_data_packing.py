@@ -71,6 +71,17 @@ def test_second_run_reuses_and_a_changed_input_is_detected(tmp_path, tokenizer_d
     assert new["fingerprint"] != manifest["fingerprint"]
 
 
+def test_overwrite_never_replaces_a_folder_that_holds_a_source(tmp_path, tokenizer_dir):
+    """--overwrite replaces the output folder, so a source inside it would be deleted: refused before any work."""
+    from instella_recipes.core import RecipeError
+
+    (tmp_path / "out").mkdir()
+    src = _write_jsonl(tmp_path / "out" / "a.jsonl", ["one two three four five six seven"] * 20)
+    with pytest.raises(RecipeError, match="holds source .* path"):
+        _prepare(tmp_path, tokenizer_dir, [str(src)], overwrite=True)
+    assert src.is_file()
+
+
 def test_mixture_weights_repeats_and_filters(tmp_path, tokenizer_dir):
     a = _write_jsonl(tmp_path / "a.jsonl", ["alpha beta gamma delta"] * 30)
     rows = [{"text": f"book {i}", "meta": {"set": "Book" if i % 2 else "Web"}} for i in range(40)]
