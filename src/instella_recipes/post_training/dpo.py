@@ -25,7 +25,7 @@ from instella_recipes.trainer.optim import InstellaOptimMixin
 
 from .preference import SCORED_COLUMNS, DataCollatorForScoredPreference
 from .run import CheckedModelConfig, PostTrainingArguments, build_trainer_for, run_post_training
-from .tokenization import prepare_dpo_dataset
+from .tokenization import check_truncation_mode, prepare_dpo_dataset
 
 # Our recipe names for TRL's losses (SPEC: Instella's DPO is `dpo_norm`).
 LOSS_ALIASES = {"dpo_norm": "sigmoid_norm", "dpo": "sigmoid"}
@@ -52,6 +52,7 @@ class CheckedDPOConfig(DPOConfig):
 
     def __post_init__(self):
         check_training_arguments(self)
+        check_truncation_mode(self.truncation_mode)
         known = dpo_loss_types()
         for name in ([self.loss_type] if isinstance(self.loss_type, str) else self.loss_type) if known else []:
             check_choice("loss_type", name, known)

@@ -20,7 +20,7 @@ from instella_recipes.trainer.mixed_precision import FSDPReduceDtypeMixin
 from instella_recipes.trainer.optim import InstellaOptimMixin
 
 from .run import CheckedModelConfig, PostTrainingArguments, build_trainer_for, run_post_training
-from .tokenization import prepare_sft_dataset
+from .tokenization import check_truncation_mode, prepare_sft_dataset
 
 
 @dataclass
@@ -44,6 +44,7 @@ class CheckedSFTConfig(SFTConfig):
 
     def __post_init__(self):
         check_training_arguments(self)
+        check_truncation_mode(self.truncation_mode)
         super().__post_init__()
 
 

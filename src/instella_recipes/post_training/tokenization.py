@@ -18,6 +18,16 @@ from .preference import score_conversations
 from .template import IGNORE_INDEX, tokenize_conversations
 
 
+def check_truncation_mode(mode: str) -> None:
+    """Rows are cut here, before TRL sees them, keeping the start (the authors' cut; `overlong` says whether a long
+    row is cut or dropped), so TRL's `truncation_mode` has nothing left to do: any other value would be ignored."""
+    if mode != "keep_start":
+        raise RecipeError(
+            f"truncation_mode '{mode}' would be ignored: rows are cut keeping their start before TRL sees them (the "
+            "authors' cut); remove it, and use `overlong` to choose between cutting and dropping long rows"
+        )
+
+
 def _map_and_count(dataset: Dataset, process, stage: str, num_proc: int | None, desc: str):
     """Run the batched `process` (it returns the new columns and a `_status` per row), count the statuses in a
     `DataReport`, keep the rows that may be trained on."""

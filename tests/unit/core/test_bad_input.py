@@ -379,6 +379,7 @@ BAD_INPUTS = [
     ("sft-lora-dropout", "sft", lambda w, o: _sft(w, o, "--use_peft", "true", "--lora_dropout", "1.5"), "lora_dropout must be in [0, 1)"),  # noqa: E501
     ("sft-skip-fraction", "sft", lambda w, o: _sft(w, o, "--max_skip_fraction", "2"), "max_skip_fraction must be in [0, 1]"),  # noqa: E501
     ("sft-max-samples", "sft", lambda w, o: _sft(w, o, "--max_samples", "0"), "max_samples must be >= 1"),
+    ("sft-truncation-mode", "sft", lambda w, o: _sft(w, o, "--truncation_mode", "keep_end"), "truncation_mode 'keep_end' would be ignored"),  # noqa: E501
     ("sft-non-utf8-jsonl", "sft", lambda w, o: _sft(w, o, source=w["latin1"]), "latin1.jsonl:2: not UTF-8"),
     ("sft-broken-jsonl", "sft", lambda w, o: _sft(w, o, source=w["broken_chat"]), "broken_chat.jsonl:2"),
     ("sft-truncated-model", "sft", lambda w, o: _sft(w, o, model=w["model_truncated"]), "not a readable safetensors file"),  # noqa: E501
@@ -387,6 +388,7 @@ BAD_INPUTS = [
     ("dpo-negative-beta", "dpo", lambda w, o: _dpo(w, o, "--beta", "-5"), "beta must be > 0"),
     ("dpo-loss-typo", "dpo", lambda w, o: _dpo(w, o, "--loss_type", "dpo_nrom"), "did you mean 'dpo_norm'?"),
     ("dpo-max-length", "dpo", lambda w, o: _dpo(w, o, "--max_length", "0"), "max_length must be >= 1"),
+    ("dpo-truncation-mode", "dpo", lambda w, o: _dpo(w, o, "--truncation_mode", "keep_end"), "truncation_mode 'keep_end' would be ignored"),  # noqa: E501
     ("dpo-label-smoothing", "dpo", lambda w, o: _dpo(w, o, "--label_smoothing", "0.7"), "label_smoothing must be in [0, 0.5)"),  # noqa: E501
     ("dpo-broken-jsonl", "dpo", lambda w, o: _dpo(w, o, source=w["broken_pairs"]), "broken_pairs.jsonl:2"),
     ("dpo-nan-model", "dpo", lambda w, o: _dpo(w, o, model=w["model_nan"]), "non-finite value"),
