@@ -113,8 +113,13 @@ def fingerprint(pipeline: Pipeline, stage: Stage) -> str | None:
 def stage_status(pipeline: Pipeline, stage: Stage) -> str:
     """'complete', 'partial' (interrupted run of this same identity: resumable), 'stale' (made by something else or
     another recipe/input), 'missing', or 'waiting' (an input is not complete)."""
+    return status_for(stage, fingerprint(pipeline, stage))
+
+
+def status_for(stage: Stage, current: str | None) -> str:
+    """`stage_status` given the stage's `fingerprint` (which hashes the recipe and every input manifest), for a
+    caller that needs the fingerprint too."""
     output = stage.resolved.output
-    current = fingerprint(pipeline, stage)
     if current is None:
         return "waiting"
     record = read_record(stage) or {}
@@ -373,7 +378,8 @@ def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False,
 
 def _run_locked(pipeline: Pipeline, stage: Stage, lock_fd: int, bar, verbose: bool, launcher) -> dict:
     resolved = stage.resolved
-    output, status = resolved.output, stage_status(pipeline, stage)
+    current = fingerprint(pipeline, stage)  # once, under the lock: the status and the record both use it
+    output, status = resolved.output, status_for(stage, current)
     if status == "stale" or (output / MANIFEST).exists():
         retract_manifest(output)  # first: a kill during the removal leaves nothing complete-looking
         shutil.rmtree(output)  # made by another recipe or input: start clean (entry points refuse foreign runs)
@@ -396,7 +402,7 @@ def _run_locked(pipeline: Pipeline, stage: Stage, lock_fd: int, bar, verbose: bo
         "set": pipeline.overrides,  # the run's `--set` overrides of `vars` (the report states them)
         "output": str(output),
         "log": str(log),
-        "fingerprint": fingerprint(pipeline, stage),
+        "fingerprint": current,
         "status": "running",
         "resumed": status == "partial",
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
