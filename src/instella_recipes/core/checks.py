@@ -45,7 +45,7 @@ def check_range(
     `<name> must be <range>, got <value>` plus `hint`."""
     if value is None and allow_none:
         return
-    kind = "an integer" if integer else "a number"
+    kind = "an integer" if integer else "a finite number"  # NaN and inf are numbers too: say which are meant
     wanted = _describe(low, high, low_open, high_open) if (low is not None or high is not None) else kind
     suffix = f" ({hint})" if hint else ""
     numeric = isinstance(value, Integral if integer else Real) and not isinstance(value, bool)

@@ -17,12 +17,11 @@ of the dm_maths token files. A source's `sample` reconstructs that:
 """
 
 import hashlib
-import math
 import os
 import random
 from dataclasses import dataclass
 
-from instella_recipes.core import RecipeError
+from instella_recipes.core import RecipeError, check_range
 
 _SPAN = 1 << 64  # the keyed hash is a uniform 64-bit number; a line is kept when it falls below fraction x 2**64
 
@@ -61,13 +60,9 @@ def check_sample(name: str, sample) -> dict | None:
         raise RecipeError(f"source '{name}': {shape}, got {sample!r}")
     ((key, value),) = sample.items()
     if key == "fraction":
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise RecipeError(f"source '{name}': sample.fraction must be a finite number in (0, 1], got {value!r}")
-        if not 0 < value <= 1:
-            raise RecipeError(f"source '{name}': sample.fraction must be in (0, 1], got {value}")
+        check_range(f"source '{name}': sample.fraction", value, 0, 1, low_open=True)
         return {"fraction": float(value)}
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise RecipeError(f"source '{name}': sample.files must be an integer >= 1, got {value!r}")
+    check_range(f"source '{name}': sample.files", value, 1, integer=True)
     return {"files": value}
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 
-from instella_recipes.core import RecipeError, check_path_length, environment_cause, iter_jsonl
+from instella_recipes.core import RecipeError, check_path_length, check_range, environment_cause, iter_jsonl
 from instella_recipes.data.tiny_world import TinyWorld
 
 _BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".txt": "text"}
@@ -99,9 +99,7 @@ class SourceSpec:
         if spec.weight is not None and spec.repeat is not None:
             raise RecipeError(f"sources[{index}]: give 'weight' (share of tokens) or 'repeat' (multiplier), not both")
         for value, what in ((spec.weight, "weight"), (spec.repeat, "repeat"), (spec.max_samples, "max_samples")):
-            number = isinstance(value, int | float) and not isinstance(value, bool)
-            if value is not None and not (number and math.isfinite(value) and value > 0):
-                raise RecipeError(f"sources[{index}]: {what} must be a finite number > 0, got {value!r}")
+            check_range(f"sources[{index}]: {what}", value, 0, low_open=True, allow_none=True)
         for f in spec.filters:
             if set(f) - {"column", "op", "value"} or "column" not in f or f.get("op", "==") not in _OPS:
                 raise RecipeError(
