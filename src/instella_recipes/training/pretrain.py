@@ -43,7 +43,12 @@ from instella_recipes.core import (
 from instella_recipes.core.checks import check_model_config
 from instella_recipes.core.variables import fill_placeholders
 from instella_recipes.data.packing import PackedWindows
-from instella_recipes.data.token_files import OLMoOrderSampler, TokenFiles, token_files_from_args
+from instella_recipes.data.token_files import (
+    OLMoOrderSampler,
+    TokenFiles,
+    describe_data_change,
+    token_files_from_args,
+)
 from instella_recipes.data.tokenizer import load_tokenizer
 from instella_recipes.trainer.callbacks import PreemptionCallback
 from instella_recipes.trainer.checkpoints import STAGING, complete_checkpoints, resolve_resume
@@ -172,6 +177,8 @@ def run_identity(script: PretrainArguments, train: TrainingArguments, data_manif
     identity["lr_scheduler_type"] = str(getattr(train.lr_scheduler_type, "value", train.lr_scheduler_type))
     identity["data_fingerprint"] = data_manifest.get("fingerprint")
     identity["fingerprint"] = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
+    if data_manifest.get("files"):  # each token file's identity, so a refused resume names the file that changed
+        identity["data_files"] = data_manifest["files"]
     return identity
 
 
@@ -200,10 +207,12 @@ def check_run_dir(output_dir: Path, identity: dict, overwrite: bool = False, inp
     if run_file.is_file():
         previous = json.loads(run_file.read_text())
         if previous.get("fingerprint") != identity["fingerprint"]:
-            changed = sorted(k for k in identity if k != "fingerprint" and previous.get(k) != identity[k])
+            same_keys = ("fingerprint", "data_files")
+            changed = sorted(k for k in identity if k not in same_keys and previous.get(k) != identity[k])
+            detail = describe_data_change(previous.get("data_files"), identity.get("data_files"))
             raise RecipeError(
-                f"output_dir {output_dir} holds checkpoints of a different run (changed: {', '.join(changed)}); "
-                f"resume with the same recipe or choose another output_dir"
+                f"output_dir {output_dir} holds checkpoints of a different run (changed: {', '.join(changed)}"
+                f"{detail}); resume with the same recipe and data or choose another output_dir"
             )
     elif output_dir.is_dir() and any(p.name != ".staging" for p in output_dir.iterdir()):
         raise RecipeError(f"output_dir {output_dir} is not empty and holds no pretrain run; choose another one")
@@ -279,8 +288,9 @@ def _token_files_and_tokenizer(script: PretrainArguments):
     )  # fmt: skip
     if len(dataset) == 0:
         raise RecipeError(f"data_paths: none of the {len(entries)} token files holds {script.seq_len} tokens")
-    items = json.dumps(dataset.fingerprint_items(entries)).encode()
-    data_manifest = {"fingerprint": hashlib.sha256(items).hexdigest(), "instances": len(dataset)}
+    items = dataset.fingerprint_items(entries)
+    data_manifest = {"fingerprint": hashlib.sha256(json.dumps(items).encode()).hexdigest(), "instances": len(dataset),
+                     "files": items[1:]}  # fmt: skip
     return dataset, data_manifest, tokenizer
 
 

@@ -238,7 +238,50 @@ def _issue24_world(root, model, data) -> dict:
         out[name].write_text(text)
     out["model_config"] = lambda **fields: json.dumps({**TINY_MODEL, **fields})
     out.update(_olmo_world(root))
+    out.update(_issue32_world(root, model, out["olmo_docs"]))
     return out
+
+
+def _issue32_world(root, model, docs) -> dict:
+    """Issue 32's data: an interrupted `data_paths` run whose token file was then rewritten (same name and size,
+    other tokens); olmo-layout token files with a byte flipped after their manifest (prepared by hand, and by
+    `prepare_data`); a folder and a symbolic-link loop listed as token files."""
+    import os
+
+    import numpy as np
+
+    from instella_recipes.core import write_manifest
+    from instella_recipes.data.prepare import main as prepare_main
+    from instella_recipes.training.pretrain import main as pretrain_main
+
+    out = {"resume_tokens": root / "resume_tokens" / "part-0-00000.npy", "resumed_run": root / "resumed_run"}
+    out["resume_tokens"].parent.mkdir()
+    tokens = np.arange(2, 502, dtype="<u2")
+    tokens.tofile(out["resume_tokens"])
+    argv = _tokens({"model": model, "root": root}, out["resumed_run"], out["resume_tokens"], save_steps=2)
+    assert pretrain_main([str(a) for a in argv]) == 0
+    (out["resumed_run"] / "manifest.json").unlink()  # interrupted after its checkpoint-2
+    tokens[::-1].copy().tofile(out["resume_tokens"])  # same name and size, other tokens
+    flipped = root / "flipped_tokens"
+    flipped.mkdir()
+    np.arange(2, 502, dtype="<u2").tofile(flipped / "part-0-00000.npy")
+    write_manifest(flipped, "prepare_data", layout="olmo")
+    _flip_byte(flipped / "part-0-00000.npy", 300)
+    out["flipped_tokens"] = flipped / "part-0-00000.npy"
+    out["prepared_olmo"] = root / "prepared_olmo"
+    assert prepare_main([str(a) for a in _olmo(out["prepared_olmo"], docs)]) == 0
+    _flip_byte(next((out["prepared_olmo"] / "s").glob("part-*.npy")), 5)
+    links = root / "links"
+    (links / "a_folder.npy").mkdir(parents=True)
+    os.symlink("loop.npy", links / "loop.npy")
+    out.update({"token_folder": links / "a_folder.npy", "token_loop": links / "loop.npy"})
+    return out
+
+
+def _flip_byte(path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
 
 
 def _olmo_world(root) -> dict:
@@ -479,6 +522,12 @@ BAD_INPUTS = [
     ("pretrain-token-file-cut-after-its-manifest", "pretrain", lambda w, o: _tokens(w, o, w["olmo_cut"], root="olmo_tokens"), "olmo_cut.txt:2: token file {root}/olmo_tokens/sub/part-1-00000.npy is 996 bytes, the manifest.json beside it says 998"),  # noqa: E501
     ("pretrain-token-file-added-after-its-manifest", "pretrain", lambda w, o: _tokens(w, o, w["olmo_added"], root="olmo_tokens"), "part-9-00000.npy is not one of the files the manifest.json beside it describes"),  # noqa: E501
     ("syn-into-complete-synthetic", "synthetic_gsm8k", lambda w, o: _syn(w, w["complete_synthetic_gsm8k"]), "holds a complete 'synthetic_gsm8k' output"),  # noqa: E501
+    # --- issue 32: data that cannot change under a resume, every checksum checked ---
+    ("pretrain-resume-on-rewritten-token-files", "pretrain", lambda w, o: _tokens(w, w["resumed_run"], w["resume_tokens"], save_steps=2), "data_paths: token file {root}/resume_tokens/part-0-00000.npy has other contents than when the checkpoints were written (same size, other tokens)"),  # noqa: E501
+    ("pretrain-token-file-flipped-byte", "pretrain", lambda w, o: _tokens(w, o, w["flipped_tokens"]), "flipped_tokens/part-0-00000.npy does not match the checksum in the manifest.json beside it"),  # noqa: E501
+    ("prepare-olmo-rerun-on-flipped-byte", "prepare_data", lambda w, o: _olmo(w["prepared_olmo"], w["olmo_docs"]), "part-0-00000.npy does not match the checksum in the manifest.json beside it"),  # noqa: E501
+    ("pretrain-token-path-is-a-folder", "pretrain", lambda w, o: _tokens(w, o, w["token_folder"]), "a_folder.npy is a folder, not a token file"),  # noqa: E501
+    ("pretrain-token-path-symlink-loop", "pretrain", lambda w, o: _tokens(w, o, w["token_loop"]), "loop.npy is a symbolic link that loops"),  # noqa: E501
 ]  # fmt: skip
 
 
