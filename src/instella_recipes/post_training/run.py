@@ -58,6 +58,9 @@ class PostTrainingArguments:
     global_batch_size: int | None = field(default=None, metadata={"help": "Checked against the launch if set."})
     overlong: str = field(default="truncate", metadata={"help": "Rows longer than max_length: truncate | drop."})
     max_skip_fraction: float = field(default=0.01, metadata={"help": "Error if more rows than this are skipped."})
+    allow_no_signal: bool = field(
+        default=False, metadata={"help": "Train even when no row carries a training signal (checks.py)."}
+    )
     merge_lora: bool = field(default=True, metadata={"help": "With LoRA: merge into full weights in output_dir."})
     max_samples: int | None = field(default=None, metadata={"help": "Use only the first N mixed rows (smoke runs)."})
     torch_num_threads: int | None = field(
@@ -272,7 +275,7 @@ def build_trainer_for(
             mixture, tokenizer, training_args.max_length, args.overlong, training_args.dataset_num_proc
         )
     logger.info(report.summary())
-    report.check(args.max_skip_fraction)
+    report.check(args.max_skip_fraction, args.allow_no_signal)
     per_step = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
     check_training_length(
         training_args.max_steps, training_args.num_train_epochs, len(train), per_step * training_args.world_size,

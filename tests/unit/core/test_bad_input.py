@@ -131,6 +131,8 @@ PAIR = {
     "rejected": [{"role": "user", "content": "2 + 3?"}, {"role": "assistant", "content": "6"}],
 }
 
+EMPTY_ANSWER = {"messages": [{"role": "user", "content": "2 + 3?"}, {"role": "assistant", "content": ""}]}
+
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, tiny_tokenizer):
@@ -161,6 +163,8 @@ def world(tmp_path_factory, tiny_tokenizer):
         "pairs": "\n".join([json.dumps(PAIR)] * 8) + "\n",
         "broken_chat": json.dumps(CHAT) + "\n" + '{"messages": [{"role": "user", "content": "x"}\n',
         "broken_pairs": json.dumps(PAIR) + "\nnot json at all\n",
+        "empty_answers": "\n".join([json.dumps(EMPTY_ANSWER)] * 8) + "\n",
+        "same_pairs": "\n".join([json.dumps({"chosen": PAIR["chosen"], "rejected": PAIR["chosen"]})] * 8) + "\n",
     }
     paths = {}
     for name, text in files.items():
@@ -527,6 +531,8 @@ BAD_INPUTS = [
     ("pretrain-token-file-flipped-byte", "pretrain", lambda w, o: _tokens(w, o, w["flipped_tokens"]), "flipped_tokens/part-0-00000.npy does not match the checksum in the manifest.json beside it"),  # noqa: E501
     ("prepare-olmo-rerun-on-flipped-byte", "prepare_data", lambda w, o: _olmo(w["prepared_olmo"], w["olmo_docs"]), "part-0-00000.npy does not match the checksum in the manifest.json beside it"),  # noqa: E501
     ("pretrain-token-path-is-a-folder", "pretrain", lambda w, o: _tokens(w, o, w["token_folder"]), "a_folder.npy is a folder, not a token file"),  # noqa: E501
+    ("sft-no-row-with-a-signal", "sft", lambda w, o: _sft(w, o, source=w["empty_answers"]), "None of the 8 kept rows carries a training signal (every assistant message is empty in each)"),  # noqa: E501
+    ("dpo-no-row-with-a-signal", "dpo", lambda w, o: _dpo(w, o, source=w["same_pairs"]), "None of the 8 kept rows carries a training signal (chosen and rejected are the same in each)"),  # noqa: E501
     ("pretrain-token-path-symlink-loop", "pretrain", lambda w, o: _tokens(w, o, w["token_loop"]), "loop.npy is a symbolic link that loops"),  # noqa: E501
 ]  # fmt: skip
 
