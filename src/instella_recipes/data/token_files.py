@@ -177,6 +177,17 @@ def check_token_ids(path: Path, num_tokens: int, limit: int) -> None:
             )
 
 
+class TokenIdError(RecipeError, ValueError):
+    """An id beyond the tokenizer found as training reads a token file: a bad input, so the entry point prints one
+    `error:` line. torch's DataLoader re-raises a worker's exception as `type(text with the worker's traceback)`;
+    the original message (that text's last line) is kept, so the line stays one line."""
+
+    def __init__(self, message: str):
+        if "Original Traceback" in message:
+            message = message.rstrip().splitlines()[-1].removeprefix(f"{type(self).__name__}: ")
+        super().__init__(message)
+
+
 class TokenFiles(torch.utils.data.Dataset):
     """Instances of `seq_len` tokens over token files in path order (each file's remainder dropped), as
     `{input_ids, labels[, position_ids]}` (labels = input_ids; the model shifts them). Instance i is the authors'
@@ -233,9 +244,11 @@ class TokenFiles(torch.utils.data.Dataset):
             return
         index = next(i for i, row in zip(indices, rows) if int(row.max()) >= self.vocab_limit)
         file, offset = self.locate(index)
-        raise ValueError(
+        raise TokenIdError(
             f"token file {self.paths[file]}: an id >= the tokenizer's {self.vocab_limit} ids in tokens "
-            f"{offset}..{offset + self.seq_len} (instance {index}): the file was tokenised with another tokenizer"
+            f"{offset}..{offset + self.seq_len} (instance {index}), found while training (the start-up check samples "
+            f"each file's head, middle and tail): the file was tokenised with another tokenizer; re-tokenise it or "
+            f"drop it from data_paths"
         )
 
     def __getitems__(self, indices: list[int]) -> list[dict]:
