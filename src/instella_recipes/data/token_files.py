@@ -184,7 +184,8 @@ class TokenIdError(RecipeError, ValueError):
 
     def __init__(self, message: str):
         if "Original Traceback" in message:
-            message = message.rstrip().splitlines()[-1].removeprefix(f"{type(self).__name__}: ")
+            last = message.rstrip().splitlines()[-1]  # "[module.]TokenIdError: <the original message>"
+            message = last.split(f"{type(self).__name__}: ", 1)[-1]
         super().__init__(message)
 
 
