@@ -30,7 +30,7 @@ from pathlib import Path
 
 import xxhash
 
-from instella_recipes.core import MANIFEST, RecipeError, get_logger, verify_files
+from instella_recipes.core import MANIFEST, RecipeError, get_logger, read_manifest, require_complete, verify_files
 from instella_recipes.core.manifest import HASH, VERIFY_BYTES
 
 logger = get_logger(__name__)
@@ -222,3 +222,13 @@ def verify_folder(folder: Path, manifest: dict, what: str, command: str) -> None
         Checked(folder / name, f"{what} {folder}: {name}", entry.get(HASH), redo) for name, entry in listed.items()
     ]
     warn_unverified(verify_contents(items), command)
+
+
+def require_verified(folder: str | Path, what: str) -> dict:
+    """`core.require_complete` with the checksums checked the scalable way (`verify_folder`: the cache, sampled
+    blocks, a full hash of what is new up to the start-up budget) instead of in full on every start up to it."""
+    manifest = read_manifest(folder)
+    if manifest is None:
+        return require_complete(folder, what)  # its error: not a finished stage output
+    verify_folder(Path(folder), manifest, what, f"python scripts/verify_data.py --folders {folder}")
+    return manifest

@@ -35,13 +35,13 @@ from instella_recipes.core import (
     naming_write_failures,
     parse_recipe,
     read_manifest,
-    require_complete,
     resolved_arguments,
     setup_logging,
     write_manifest,
 )
 from instella_recipes.core.checks import check_model_config
 from instella_recipes.core.variables import fill_placeholders
+from instella_recipes.data.integrity import require_verified
 from instella_recipes.data.packing import PackedWindows
 from instella_recipes.data.token_files import (
     OLMoOrderSampler,
@@ -252,7 +252,7 @@ def _data_and_tokenizer(script: PretrainArguments):
         )
     if script.data_paths:
         return _token_files_and_tokenizer(script)
-    data_manifest = require_complete(script.data_dir, "data_dir")
+    data_manifest = require_verified(script.data_dir, "data_dir")  # checksums through the cache (data/integrity.py)
     if data_manifest.get("stage") != "prepare_data":
         raise RecipeError(f"data_dir {script.data_dir} is a '{data_manifest.get('stage')}' output, not prepare_data")
     dataset = PackedWindows(
