@@ -1,13 +1,14 @@
 """The benchmark suites cannot rot: `make bench-gpu SMOKE=1` (benchmarks/bench_gpu.py --smoke) and the trained
 speculative-decoding benchmark run every code path at toy size on CPU; the numbers they compute are checked against
-hand computations (SPEC.md 6 MFU, the micro-batch search), not against themselves."""
+hand computations (SPEC.md 6 MFU, the micro-batch search), not against themselves. The token-file check's benchmark
+runs on a 10 MiB file."""
 
 import json
 
 import pytest
 import torch
 
-from benchmarks import bench_gpu, bench_speculative
+from benchmarks import bench_gpu, bench_speculative, bench_token_check
 from instella_recipes.trainer import flops
 
 
@@ -156,3 +157,11 @@ def test_bench_token_files_smoke_reads_both_the_same_way(capsys):
     assert bench_token_files.main(args) == 0
     out = capsys.readouterr().out
     assert "workers 0: packed" in out and "29 instances in 7 token files vs 32 packed windows" in out
+
+
+def test_bench_token_check_runs_and_extrapolates(capsys):
+    """benchmarks/bench_token_check.py on a 10 MiB file, not recorded: every row of its table is there."""
+    assert bench_token_check.main(["--gib", "0.01", "--repeats", "1", "--no_record"]) == 0
+    out = capsys.readouterr().out
+    assert "stage 1 (2329 files)" in out and "assumed evenly spread (3.49 GB a file)" in out
+    assert out.count("\n| ") == 8  # header, rule and six checks

@@ -141,5 +141,11 @@ SEQUENTIAL_CONVERTERS: dict[str, Callable[..., Iterator[dict]]] = {
 
 def chat_to_text(conversation: list[dict]) -> str:
     """Stage-2 pretraining text from a chat (SPEC.md section 2): each message's content stripped, plus "\\n", no role
-    tags. The pretraining packer adds the EOS between documents."""
-    return "".join(str(m["content"]).strip() + "\n" for m in conversation)
+    tags. The pretraining packer adds the EOS between documents. A content that is not a string (a number, a list)
+    is a `ValueError` saying what it is: its Python repr is not the text of a chat."""
+    for i, m in enumerate(conversation):
+        if not isinstance(m["content"], str):
+            shown = repr(m["content"])
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise ValueError(f"message {i}'s content is {type(m['content']).__name__} ({shown}), not text")
+    return "".join(m["content"].strip() + "\n" for m in conversation)

@@ -13,7 +13,7 @@ from datasets import Dataset
 
 from instella_recipes.core import RecipeError
 
-from .checks import OK, TRUNCATED, DataReport, check_overlong_policy, message_problem, pair_problem
+from .checks import KEPT, NO_SIGNAL, OK, TRUNCATED, DataReport, check_overlong_policy, message_problem, pair_problem
 from .preference import score_conversations
 from .template import IGNORE_INDEX, tokenize_conversations
 
@@ -33,8 +33,13 @@ def _map_and_count(dataset: Dataset, process, stage: str, num_proc: int | None, 
     `DataReport`, keep the rows that may be trained on."""
     processed = dataset.map(process, batched=True, remove_columns=dataset.column_names, num_proc=num_proc, desc=desc)
     report = DataReport(stage, len(processed), Counter(processed["_status"]))
-    kept = processed.filter(lambda s: s in (OK, TRUNCATED), input_columns="_status", num_proc=num_proc)
+    kept = processed.filter(lambda s: s in KEPT, input_columns="_status", num_proc=num_proc)
     return kept.remove_columns("_status"), report
+
+
+def _all_assistant_empty(messages: list[dict]) -> bool:
+    """Every assistant message of a conversation is empty (after the authors' strip): only its end is trained."""
+    return all(not message["content"].strip() for message in messages if message["role"] == "assistant")
 
 
 def prepare_sft_dataset(
@@ -56,7 +61,7 @@ def prepare_sft_dataset(
         ]
         encoded = iter(tokenize_conversations(tokenizer, good))
         out = {"input_ids": [], "labels": [], "_status": []}
-        for problem in problems:
+        for messages, problem in zip(batch["messages"], problems, strict=True):
             ids, labels, status = [], [], problem
             if problem is None:
                 row = next(encoded)
@@ -68,6 +73,8 @@ def prepare_sft_dataset(
                         ids, labels, status = ids[:max_length], labels[:max_length], TRUNCATED
                         if all(label == IGNORE_INDEX for label in labels):
                             ids, labels, status = [], [], "no assistant token within max_length"
+                if status in (OK, TRUNCATED) and _all_assistant_empty(messages):
+                    status = NO_SIGNAL
             out["input_ids"].append(ids)
             out["labels"].append(labels)
             out["_status"].append(status)
@@ -112,6 +119,8 @@ def prepare_dpo_dataset(
                     status = TRUNCATED if overlong == "truncate" else "longer than max_length (dropped)"
                 if status != "longer than max_length (dropped)" and not all(any(row["mask"]) for row in rows):
                     status = "no scored token within max_length"
+                elif status in (OK, TRUNCATED) and rows[0]["ids"] == rows[1]["ids"]:
+                    status = NO_SIGNAL  # chosen == rejected: the DPO loss has no gradient
             for name, row in zip(("chosen", "rejected"), rows, strict=True):
                 out[f"{name}_ids"].append(row["ids"])
                 out[f"{name}_mask"].append(row["mask"])
