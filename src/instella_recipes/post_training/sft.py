@@ -11,6 +11,7 @@ chat template, trainer_state.json, data_report.json and manifest.json (last); wh
 """
 
 from dataclasses import dataclass, field
+from functools import partial
 
 from trl import SFTConfig, SFTTrainer
 
@@ -19,22 +20,33 @@ from instella_recipes.core.checks import check_choice, check_training_arguments
 from instella_recipes.trainer.mixed_precision import FSDPReduceDtypeMixin
 from instella_recipes.trainer.optim import InstellaOptimMixin
 
+from .loss import LossReductionMixin, check_loss_reduction
 from .run import CheckedModelConfig, PostTrainingArguments, build_trainer_for, run_post_training
-from .tokenization import check_truncation_mode, prepare_sft_dataset
+from .tokenization import check_row_format, check_truncation_mode, prepare_sft_dataset
 
 
 @dataclass
 class SFTArguments(PostTrainingArguments):
-    """SFT's recipe fields beyond TRL's SFTConfig and ModelConfig: the shared ones, and the FSDP reduce dtype."""
+    """SFT's recipe fields beyond TRL's SFTConfig and ModelConfig: the shared ones, the FSDP reduce dtype, the row
+    format and the loss reduction."""
 
     fsdp_reduce_dtype: str | None = field(
         default="float32", metadata={"help": "FSDP with bf16: gradient reduce dtype (authors: float32); null: bf16."}
+    )
+    row_format: str = field(
+        default="instella",
+        metadata={"help": "instella (prepare_sft_data.py rows) | open_instruct (finetune.py encode_sft_example)."},
+    )
+    loss_reduction: str = field(
+        default="mean", metadata={"help": "mean (label-token mean) | sum (open-instruct reduce_loss: sum)."}
     )
 
     def __post_init__(self):
         super().__post_init__()
         if self.fsdp_reduce_dtype is not None:
             check_choice("fsdp_reduce_dtype", self.fsdp_reduce_dtype, ("float32", "bfloat16"))
+        check_row_format(self.row_format)
+        check_loss_reduction(self.loss_reduction, average_tokens_across_devices=False)
 
 
 @dataclass
@@ -48,9 +60,9 @@ class CheckedSFTConfig(SFTConfig):
         super().__post_init__()
 
 
-class InstellaSFTTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, SFTTrainer):
-    """SFTTrainer with Instella's optimizer settings and LR schedule, and under FSDP + bf16 the gradients reduced in
-    fp32 (the authors' `fsdp.precision: mixed`)."""
+class InstellaSFTTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, LossReductionMixin, SFTTrainer):
+    """SFTTrainer with Instella's optimizer settings and LR schedule, under FSDP + bf16 the gradients reduced in
+    fp32 (the authors' `fsdp.precision: mixed`), and the loss reduction of `loss.py`."""
 
     def __init__(self, *args, fsdp_reduce_dtype: str | None = "float32", **kwargs):
         self.fsdp_reduce_dtype = fsdp_reduce_dtype
@@ -64,9 +76,11 @@ def build_trainer(args: SFTArguments, training_args, model_args, preemption=None
             "remove assistant_only_loss / completion_only_loss: this recipe already builds assistant-only labels "
             "from the Instella chat template (see instella_recipes/post_training/template.py)"
         )
+    check_loss_reduction(args.loss_reduction, training_args.average_tokens_across_devices)
     return build_trainer_for(
-        InstellaSFTTrainer, prepare_sft_dataset, args, training_args, model_args, preemption,
-        trainer_kwargs={"fsdp_reduce_dtype": args.fsdp_reduce_dtype},
+        InstellaSFTTrainer, partial(prepare_sft_dataset, row_format=args.row_format), args, training_args,
+        model_args, preemption,
+        trainer_kwargs={"fsdp_reduce_dtype": args.fsdp_reduce_dtype, "loss_reduction": args.loss_reduction},
     )  # fmt: skip
 
 
