@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from datasets import Dataset
 from langdetect import DetectorFactory
 from transformers import AutoModelForCausalLM, TrainerCallback
-from trl import SFTConfig
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
 from instella_recipes.core import RecipeError, parse_recipe
@@ -138,16 +137,16 @@ def test_summed_loss_gives_open_instructs_gradient(tiny_model_dir, tmp_path):
         "--bf16", "false", "--report_to", "none", "--save_strategy", "no", "--seed", "0",
         "--dataloader_num_workers", "0", "--disable_tqdm", "true", "--dtype", "float32",
     ]  # fmt: skip
-    parsed = parse_recipe([sft.SFTArguments, SFTConfig, CheckedModelConfig], argv)
-    trainer, _ = sft.build_trainer(*parsed)
-    record, rows, step = {}, [], trainer.training_step
+    parsed = parse_recipe([sft.CheckedSFTConfig, CheckedModelConfig], argv)
+    record = {}
+    trainer, _ = sft.build_trainer(*parsed, callbacks=[_Grads(record)])
+    rows, step = [], trainer.training_step
 
     def recording_step(model, inputs, num_items_in_batch=None):
         rows.append({k: inputs[k].detach().clone() for k in ("input_ids", "labels")})
         return step(model, inputs, num_items_in_batch)
 
     trainer.training_step = recording_step
-    trainer.add_callback(_Grads(record))
     trainer.train()
     assert len(rows) == 2
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
@@ -160,22 +159,22 @@ def test_summed_loss_gives_open_instructs_gradient(tiny_model_dir, tmp_path):
         torch.testing.assert_close(record["grads"][name], param.grad, rtol=1e-4, atol=1e-6)
 
 
-def test_summed_loss_refuses_a_global_token_count(tiny_model_dir, tmp_path):
+def test_summed_loss_refuses_a_global_token_count_at_parse_time(tiny_model_dir, tmp_path):
     argv = ["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(tmp_path), "--sources", "x.jsonl",
             "--loss_reduction", "sum", "--average_tokens_across_devices", "true", "--use_cpu", "true",
             "--bf16", "false"]  # fmt: skip
-    parsed = parse_recipe([sft.SFTArguments, SFTConfig, CheckedModelConfig], argv)
     with pytest.raises(RecipeError, match="average_tokens_across_devices: false"):
-        sft.build_trainer(*parsed)
+        parse_recipe([sft.CheckedSFTConfig, CheckedModelConfig], argv)
     with pytest.raises(RecipeError, match="loss_reduction must be one of"):
-        parse_recipe([sft.SFTArguments, SFTConfig, CheckedModelConfig], [*argv[:6], "--loss_reduction", "max"])
+        parse_recipe([sft.CheckedSFTConfig, CheckedModelConfig], [*argv[:6], "--loss_reduction", "max"])
 
 
 def test_sft_stage2_recipe_is_the_authors_config():
-    args, t, _ = parse_recipe(
-        [sft.SFTArguments, SFTConfig, CheckedModelConfig],
+    t, _ = parse_recipe(
+        [sft.CheckedSFTConfig, CheckedModelConfig],
         ["--config", str(RECIPES / "instella-3b-math" / "sft_stage2.yaml"), "--bf16", "false"],
     )
+    args = t
     assert [s["config_name"] for s in args.sources] == ["am_0.5M", "am_0.9M"]
     assert {s["converter"] for s in args.sources} == {"am_deepseek_r1_distilled"}
     assert (args.row_format, args.loss_reduction, t.average_tokens_across_devices) == ("open_instruct", "sum", False)
