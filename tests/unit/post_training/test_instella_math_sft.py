@@ -60,12 +60,15 @@ def test_openmathinstruct2_rows_equal_prepare_sft_data(max_length):
 
 
 def _parse(name: str):
-    return parse_recipe([CheckedSFTConfig, CheckedModelConfig], ["--config", str(RECIPES / name), "--bf16", "false"])
+    # the stage lifecycle (i31) has one settings object: the recipe fields live in CheckedSFTConfig
+    t, model = parse_recipe(
+        [CheckedSFTConfig, CheckedModelConfig], ["--config", str(RECIPES / name), "--bf16", "false"]
+    )
+    return t, t, model
 
 
 def test_sft_stage1_recipe_is_the_authors_config():
-    t, _ = _parse("sft_stage1.yaml")
-    args = t
+    args, t, _ = _parse("sft_stage1.yaml")
     assert args.sources == [{"path": "nvidia/OpenMathInstruct-2", "split": "train", "converter": "openmathinstruct2"}]
     assert (t.max_length, t.pad_to_multiple_of, t.packing, t.num_train_epochs) == (4096, 4096, False, 3)
     assert args.global_batch_size == 128 == t.per_device_train_batch_size * t.gradient_accumulation_steps * 8
