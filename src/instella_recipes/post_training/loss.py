@@ -42,6 +42,7 @@ class LossReductionMixin:
             # the summed loss is not yet divided by the accumulation steps: training_step does it
             self.loss_is_scaled_for_ga = False
 
+    # private: the Trainer's only hook for the divisor TRL's compute_loss applies to the token sum [test_private_apis]
     def _get_num_items_in_batch(self, batch_samples: list, device: torch.device):
         if self.loss_reduction == "sum":
             return torch.ones((), device=device)  # TRL divides the token sum by this: the sum itself
