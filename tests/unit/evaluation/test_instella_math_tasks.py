@@ -107,3 +107,25 @@ print("loaded", len(tasks))
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd="/", timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "loaded 8" in done.stdout
+
+
+def test_scoring_imports_the_grader_from_the_clone_where_the_project_is_not_installed():
+    """A separate venv (vLLM) has lm-eval but not the project: process_results finds the grader in the clone's src/."""
+    probe = f"""
+import sys
+sys.meta_path = [f for f in sys.meta_path if "editable" not in getattr(f, "__module__", "")]
+sys.path = [p for p in sys.path if not p.rstrip("/").endswith("src") and p not in ("", ".")]
+try:
+    import instella_recipes
+    raise SystemExit("the project is still importable: the probe tests nothing")
+except ModuleNotFoundError:
+    pass
+sys.path.insert(0, {str(TASKS)!r})
+import utils
+doc = {{"reward_model": {{"ground_truth": ["9.6"]}}}}
+print(utils.process_results(doc, [[r"so \\boxed{{9.6}}", r"\\boxed{{9}}"]]))
+"""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd="/", env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "{'pass@1': 0.5, 'pass@2': 1.0}" in done.stdout
