@@ -522,13 +522,17 @@ def test_a_read_only_output_location_is_named_before_any_work(tmp_path, monkeypa
 
 
 class _HTMLHandler(BaseHTTPRequestHandler):
-    """A web server's front page where an OpenAI-compatible API was expected (a proxy, a login page, a wrong port)."""
+    """A web server's front page where an OpenAI-compatible API was expected (a proxy, a login page, a wrong port).
+    `content_type` is what it claims to send: a gateway's error page labelled application/json made the client raise
+    a JSONDecodeError (issue 32)."""
+
+    content_type = "text/html"
 
     def do_POST(self):  # noqa: N802
         self.rfile.read(int(self.headers["Content-Length"]))
         body = b"<!DOCTYPE html><html><body><h1>Welcome to nginx!</h1></body></html>"
         self.send_response(200)
-        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Type", self.content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -537,14 +541,16 @@ class _HTMLHandler(BaseHTTPRequestHandler):
         pass
 
 
-def test_a_server_answering_html_is_one_line_naming_it(tmp_path, capsys):
+@pytest.mark.parametrize("content_type", ["text/html", "application/json"])
+def test_a_server_answering_html_is_one_line_naming_it(tmp_path, capsys, content_type):
     """Synthetic GSM8K against a server that answers HTML: exit 1 (the server failed, as in an outage), one line
-    naming the URL and what came back, no manifest or dataset."""
+    naming the URL and what came back, no manifest or dataset; also when the page is labelled JSON."""
     from instella_recipes.synthetic_gsm8k.backends import OpenAIBackend, Request
     from instella_recipes.synthetic_gsm8k.run import main as synthetic_main
     from tests.helpers.synthetic_fakes import SEEDS, bwrap_problem
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _HTMLHandler)
+    handler = type("Handler", (_HTMLHandler,), {"content_type": content_type})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     try:
