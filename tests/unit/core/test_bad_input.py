@@ -571,3 +571,48 @@ def test_a_server_answering_html_is_one_line_naming_it(tmp_path, capsys, content
     assert exit_info.value.code == 1 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
     assert f"the server at {url}/ answered a chat-completions request with HTML" in lines[0]
     assert not (out / "manifest.json").exists() and not list(out.glob("train.*"))
+
+
+class _UselessModelHandler(BaseHTTPRequestHandler):
+    """An OpenAI-compatible server whose model answers every request with nothing usable."""
+
+    def do_POST(self):  # noqa: N802
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        choices = [{"index": i, "message": {"role": "assistant", "content": "I do not know."}, "finish_reason": "stop"}
+                   for i in range(request.get("n") or 1)]  # fmt: skip
+        body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": choices})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+def test_no_seed_solved_is_exit_1_with_no_dataset(tmp_path, capsys):
+    """Issue 32: synthetic GSM8K whose model solves no seed problem exits 1 (as docs/synthetic_gsm8k.md says) with
+    one line naming the rejections, and writes no dataset and no manifest (it wrote an empty one, exit 0)."""
+    from instella_recipes.synthetic_gsm8k.run import main as synthetic_main
+    from tests.helpers.synthetic_fakes import SEEDS, bwrap_problem
+
+    if bwrap_problem() is not None:
+        pytest.skip(f"the entry point needs the sandbox: {bwrap_problem()}")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _UselessModelHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    out = tmp_path / "out"
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    argv = ["--seeds", str(SEEDS), "--output_dir", str(out), "--model", "m", "--max_seeds", "3", "--base_url", url,
+            "--max_retries", "0", "--sandbox_workers", "1"]  # fmt: skip
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            synthetic_main(argv)
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert exit_info.value.code == 1 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    assert "no seed problem was solved (3 tried; most common rejections: abstract_unparsable" in lines[0]
+    assert not (out / "manifest.json").exists() and not list(out.glob("train.*"))
