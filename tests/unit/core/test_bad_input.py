@@ -616,3 +616,31 @@ def test_no_seed_solved_is_exit_1_with_no_dataset(tmp_path, capsys):
     assert exit_info.value.code == 1 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
     assert "no seed problem was solved (3 tried; most common rejections: abstract_unparsable" in lines[0]
     assert not (out / "manifest.json").exists() and not list(out.glob("train.*"))
+
+
+def _without_use_cpu(argv: list[str]) -> list[str]:
+    if "--use_cpu" in argv:
+        i = argv.index("--use_cpu")
+        argv = argv[:i] + argv[i + 2 :]
+    return argv
+
+
+@pytest.mark.parametrize(
+    "entry, build",
+    [("pretrain", lambda w, o: _without_use_cpu(_pretrain(w, o))), ("sft", lambda w, o: _without_use_cpu(_sft(w, o)))],
+)
+def test_several_cpu_processes_without_use_cpu_name_the_flag(world, tmp_path, capsys, monkeypatch, entry, build):
+    """Issue 32: `torchrun --nproc_per_node 2` on a machine without a GPU and without `--use_cpu true` failed with a
+    global-batch message (each process trained alone): one line naming the flag, exit 2, before any work."""
+    import importlib
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exit_info:
+        importlib.import_module(f"instella_recipes.scripts.{entry}").main([str(a) for a in build(world, tmp_path)])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert exit_info.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    assert "2 processes (WORLD_SIZE=2: torchrun or srun) on a machine without a GPU: add --use_cpu true" in lines[0]
+    assert not list(tmp_path.rglob("manifest.json"))
