@@ -75,6 +75,23 @@ def check_command_line(args: list[str], example: str, config_required: bool = Tr
             raise RecipeError(f"--config needs a path to a recipe YAML file, e.g. --config {example}")
         if not Path(args[index + 1]).is_file():
             raise RecipeError(missing_recipe_message(args[index + 1]))
+        check_recipe_file(Path(args[index + 1]))
+
+
+def check_recipe_file(path: Path) -> None:
+    """What is wrong with the recipe file by itself, seconds before torch and TRL load: not valid YAML, a duplicate
+    key (`file:line`), not a mapping, a NaN or infinite number. (An unknown key needs the stage's dataclasses, so
+    the full parser names it, after those imports.)"""
+    # imported here: core.recipe imports this module (its hints), and both stay light (yaml only)
+    from .checks import check_numbers
+    from .recipe import load_recipe_yaml
+
+    data, _ = load_recipe_yaml(path)
+    for key, value in data.items():
+        try:
+            check_numbers(value, key)
+        except ValueError as err:
+            raise RecipeError(f"{path}: {err}") from None
 
 
 def preflight(script: str, example: str, config_required: bool = True) -> None:
