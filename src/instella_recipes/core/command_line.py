@@ -13,6 +13,7 @@ import difflib
 import sys
 from pathlib import Path
 
+from .checks import check_numbers
 from .errors import RecipeError
 from .paths import RECIPES_DIR
 
@@ -82,9 +83,7 @@ def check_recipe_file(path: Path) -> None:
     """What is wrong with the recipe file by itself, seconds before torch and TRL load: not valid YAML, a duplicate
     key (`file:line`), not a mapping, a NaN or infinite number. (An unknown key needs the stage's dataclasses, so
     the full parser names it, after those imports.)"""
-    # imported here: core.recipe imports this module (its hints), and both stay light (yaml only)
-    from .checks import check_numbers
-    from .recipe import load_recipe_yaml
+    from .recipe import load_recipe_yaml  # here: core.recipe imports this module (its hints); both are yaml only
 
     data, _ = load_recipe_yaml(path)
     for key, value in data.items():
