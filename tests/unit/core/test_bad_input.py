@@ -479,6 +479,12 @@ BAD_INPUTS = [
     ("pretrain-token-file-cut-after-its-manifest", "pretrain", lambda w, o: _tokens(w, o, w["olmo_cut"], root="olmo_tokens"), "olmo_cut.txt:2: token file {root}/olmo_tokens/sub/part-1-00000.npy is 996 bytes, the manifest.json beside it says 998"),  # noqa: E501
     ("pretrain-token-file-added-after-its-manifest", "pretrain", lambda w, o: _tokens(w, o, w["olmo_added"], root="olmo_tokens"), "part-9-00000.npy is not one of the files the manifest.json beside it describes"),  # noqa: E501
     ("syn-into-complete-synthetic", "synthetic_gsm8k", lambda w, o: _syn(w, w["complete_synthetic_gsm8k"]), "holds a complete 'synthetic_gsm8k' output"),  # noqa: E501
+    # --- issue 32: the first hour, second round ---
+    # a misspelled or unreachable Hub model id: one line, as for datasets (the tests run with HF_HUB_OFFLINE=1)
+    ("sft-hub-model-typo", "sft", lambda w, o: _sft(w, o, model="amd/Instela-3B"), "model_name_or_path amd/Instela-3B: no local folder of that name, and the Hub cannot be reached"),  # noqa: E501
+    # a typo in a tokenizer folder path: not the Hub's "Repo id must be in the form"
+    ("sft-tokenizer-folder-typo", "sft", lambda w, o: _sft(w, o, "--tokenizer_name_or_path", "runs/demo/mergee"), "tokenizer runs/demo/mergee: folder does not exist"),  # noqa: E501
+    ("prepare-tokenizer-folder-typo", "prepare_data", lambda w, o: ["--output_dir", str(o), "--sources", str(w["text"]), "--tokenizer", "runs/demo/tokenizr", "--seq_len", "16", "--num_proc", "1"], "tokenizer runs/demo/tokenizr: folder does not exist"),  # noqa: E501
 ]  # fmt: skip
 
 
