@@ -41,8 +41,31 @@ def check_model_folder(path: str | Path | None, what: str = "model folder", allo
     manifest = read_manifest(path)
     if manifest is not None:  # a stage output: its files as the stage wrote them
         verify_files(path, manifest, what)
+    else:
+        check_not_unfinished(path, what)
     check_readable(path)
     return path
+
+
+# What this project's training stages write into their output folder before its manifest (the manifest comes last):
+# pretraining's run pin (training/pretrain.py RUN_FILE), post-training's data report, checkpoints and the staging
+# folder they are written in (trainer/checkpoints.py). A folder with one of them but no manifest is a stage that has
+# not finished; another tool's save_pretrained folder has none of them.
+RUN_FILES = ("run.json", "data_report.json", ".staging")
+
+
+def check_not_unfinished(path: Path, what: str = "model folder") -> None:
+    """A `RecipeError` for a model folder that holds this project's run files (`RUN_FILES`, `checkpoint-*`) but no
+    manifest.json: a stage that was interrupted or is still running, whose weights may be any step's. A folder made
+    elsewhere (none of those files) is used as it is."""
+    found = [name for name in RUN_FILES if (path / name).exists()]
+    found += sorted(p.name for p in path.glob("checkpoint-*") if p.is_dir())[:2]
+    if found:
+        raise RecipeError(
+            f"{what} {path} is an unfinished stage output: it holds this project's run files ({', '.join(found)}) "
+            f"but no manifest.json (written last, when a stage finishes): run that stage again to finish it (it "
+            f"resumes), or point to a finished folder"
+        )
 
 
 def check_hub_model(name: str, what: str = "model", revision: str | None = None) -> None:

@@ -176,7 +176,22 @@ def world(tmp_path_factory, tiny_tokenizer):
     world = {"root": root, "model": model, **{f"model_{k}": v for k, v in damaged.items()}, **paths,
              "data": prepare_tiny(root / "data")}  # fmt: skip
     world.update(_issue24_world(root, model, world["data"]))
+    world.update(_unfinished_world(root, model))
     return world
+
+
+def _unfinished_world(root, model) -> dict:
+    """Issue 32: model folders of stages that did not finish (this project's run files, no manifest): SFT killed
+    after writing its weights and data report, pretraining with its run pin and a checkpoint."""
+    sft = root / "unfinished_sft"
+    shutil.copytree(model, sft)
+    (sft / "data_report.json").write_text("{}\n")
+    (sft / "trainer_state.json").write_text('{"global_step": 1}\n')
+    pretrain = root / "unfinished_pretrain"
+    shutil.copytree(model, pretrain)
+    (pretrain / "run.json").write_text("{}\n")
+    shutil.copytree(model, pretrain / "checkpoint-2")
+    return {"unfinished_sft": sft, "unfinished_pretrain": pretrain}
 
 
 LONG = "x" * 300  # one path component over NAME_MAX (255 bytes on Linux filesystems)
@@ -484,6 +499,9 @@ BAD_INPUTS = [
     ("sft-hub-model-typo", "sft", lambda w, o: _sft(w, o, model="amd/Instela-3B"), "model_name_or_path amd/Instela-3B: no local folder of that name, and the Hub cannot be reached"),  # noqa: E501
     # a typo in a tokenizer folder path: not the Hub's "Repo id must be in the form"
     ("sft-tokenizer-folder-typo", "sft", lambda w, o: _sft(w, o, "--tokenizer_name_or_path", "runs/demo/mergee"), "tokenizer runs/demo/mergee: folder does not exist"),  # noqa: E501
+    # a half-written input model folder (our run files, no manifest) is unfinished, not "made elsewhere"
+    ("sft-from-unfinished-sft", "sft", lambda w, o: _sft(w, o, model=w["unfinished_sft"]), "unfinished_sft is an unfinished stage output: it holds this project's run files (data_report.json) but no manifest.json"),  # noqa: E501
+    ("stage2-from-unfinished-pretrain", "pretrain", lambda w, o: _stage2(w, o, w["unfinished_pretrain"]), "unfinished_pretrain is an unfinished stage output: it holds this project's run files (run.json, checkpoint-2)"),  # noqa: E501
     ("prepare-tokenizer-folder-typo", "prepare_data", lambda w, o: ["--output_dir", str(o), "--sources", str(w["text"]), "--tokenizer", "runs/demo/tokenizr", "--seq_len", "16", "--num_proc", "1"], "tokenizer runs/demo/tokenizr: folder does not exist"),  # noqa: E501
 ]  # fmt: skip
 
