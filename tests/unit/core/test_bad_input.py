@@ -180,7 +180,22 @@ def world(tmp_path_factory, tiny_tokenizer):
     world = {"root": root, "model": model, **{f"model_{k}": v for k, v in damaged.items()}, **paths,
              "data": prepare_tiny(root / "data")}  # fmt: skip
     world.update(_issue24_world(root, model, world["data"]))
+    world.update(_unfinished_world(root, model))
     return world
+
+
+def _unfinished_world(root, model) -> dict:
+    """Issue 32: model folders of stages that did not finish (this project's run files, no manifest): SFT killed
+    after writing its weights and data report, pretraining with its run pin and a checkpoint."""
+    sft = root / "unfinished_sft"
+    shutil.copytree(model, sft)
+    (sft / "data_report.json").write_text("{}\n")
+    (sft / "trainer_state.json").write_text('{"global_step": 1}\n')
+    pretrain = root / "unfinished_pretrain"
+    shutil.copytree(model, pretrain)
+    (pretrain / "run.json").write_text("{}\n")
+    shutil.copytree(model, pretrain / "checkpoint-2")
+    return {"unfinished_sft": sft, "unfinished_pretrain": pretrain}
 
 
 LONG = "x" * 300  # one path component over NAME_MAX (255 bytes on Linux filesystems)
@@ -557,6 +572,15 @@ BAD_INPUTS = [
     ("eval-report-truncated-results", "eval_report", lambda w, o: ["--suite", "tiny_world", "--results", w["eval_truncated"], "--output_dir", o], "results_2026-11-26T00-00-00.json: not a readable lm-eval result file"),  # noqa: E501
     ("merge-float32-with-bfloat16", "merge", lambda w, o: ["--inputs", w["model"], w["model_bf16"], "--output_dir", o], "the inputs hold tensors in different dtypes (tensor lm_head.weight: float32 in {root}/model, bfloat16 in {root}/model_bf16): pass --dtype float32 or --dtype bfloat16"),  # noqa: E501
     ("pretrain-token-path-symlink-loop", "pretrain", lambda w, o: _tokens(w, o, w["token_loop"]), "loop.npy is a symbolic link that loops"),  # noqa: E501
+    # --- issue 32: the first hour, second round ---
+    # a misspelled or unreachable Hub model id: one line, as for datasets (the tests run with HF_HUB_OFFLINE=1)
+    ("sft-hub-model-typo", "sft", lambda w, o: _sft(w, o, model="amd/Instela-3B"), "model_name_or_path amd/Instela-3B: no local folder of that name, and the Hub cannot be reached"),  # noqa: E501
+    # a typo in a tokenizer folder path: not the Hub's "Repo id must be in the form"
+    ("sft-tokenizer-folder-typo", "sft", lambda w, o: _sft(w, o, "--tokenizer_name_or_path", "runs/demo/mergee"), "tokenizer runs/demo/mergee: folder does not exist"),  # noqa: E501
+    # a half-written input model folder (our run files, no manifest) is unfinished, not "made elsewhere"
+    ("sft-from-unfinished-sft", "sft", lambda w, o: _sft(w, o, model=w["unfinished_sft"]), "unfinished_sft is an unfinished stage output: it holds this project's run files (data_report.json) but no manifest.json"),  # noqa: E501
+    ("stage2-from-unfinished-pretrain", "pretrain", lambda w, o: _stage2(w, o, w["unfinished_pretrain"]), "unfinished_pretrain is an unfinished stage output: it holds this project's run files (run.json, checkpoint-2)"),  # noqa: E501
+    ("prepare-tokenizer-folder-typo", "prepare_data", lambda w, o: ["--output_dir", str(o), "--sources", str(w["text"]), "--tokenizer", "runs/demo/tokenizr", "--seq_len", "16", "--num_proc", "1"], "tokenizer runs/demo/tokenizr: folder does not exist"),  # noqa: E501
 ]  # fmt: skip
 
 
@@ -620,13 +644,17 @@ def test_a_read_only_output_location_is_named_before_any_work(tmp_path, monkeypa
 
 
 class _HTMLHandler(BaseHTTPRequestHandler):
-    """A web server's front page where an OpenAI-compatible API was expected (a proxy, a login page, a wrong port)."""
+    """A web server's front page where an OpenAI-compatible API was expected (a proxy, a login page, a wrong port).
+    `content_type` is what it claims to send: a gateway's error page labelled application/json made the client raise
+    a JSONDecodeError (issue 32)."""
+
+    content_type = "text/html"
 
     def do_POST(self):  # noqa: N802
         self.rfile.read(int(self.headers["Content-Length"]))
         body = b"<!DOCTYPE html><html><body><h1>Welcome to nginx!</h1></body></html>"
         self.send_response(200)
-        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Type", self.content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -635,14 +663,16 @@ class _HTMLHandler(BaseHTTPRequestHandler):
         pass
 
 
-def test_a_server_answering_html_is_one_line_naming_it(tmp_path, capsys):
+@pytest.mark.parametrize("content_type", ["text/html", "application/json"])
+def test_a_server_answering_html_is_one_line_naming_it(tmp_path, capsys, content_type):
     """Synthetic GSM8K against a server that answers HTML: exit 1 (the server failed, as in an outage), one line
-    naming the URL and what came back, no manifest or dataset."""
+    naming the URL and what came back, no manifest or dataset; also when the page is labelled JSON."""
     from instella_recipes.synthetic_gsm8k.backends import OpenAIBackend, Request
     from instella_recipes.synthetic_gsm8k.run import main as synthetic_main
     from tests.helpers.synthetic_fakes import SEEDS, bwrap_problem
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _HTMLHandler)
+    handler = type("Handler", (_HTMLHandler,), {"content_type": content_type})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     try:
@@ -663,3 +693,76 @@ def test_a_server_answering_html_is_one_line_naming_it(tmp_path, capsys):
     assert exit_info.value.code == 1 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
     assert f"the server at {url}/ answered a chat-completions request with HTML" in lines[0]
     assert not (out / "manifest.json").exists() and not list(out.glob("train.*"))
+
+
+class _UselessModelHandler(BaseHTTPRequestHandler):
+    """An OpenAI-compatible server whose model answers every request with nothing usable."""
+
+    def do_POST(self):  # noqa: N802
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        choices = [{"index": i, "message": {"role": "assistant", "content": "I do not know."}, "finish_reason": "stop"}
+                   for i in range(request.get("n") or 1)]  # fmt: skip
+        body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": choices})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+def test_no_seed_solved_is_exit_1_with_no_dataset(tmp_path, capsys):
+    """Issue 32: synthetic GSM8K whose model solves no seed problem exits 1 (as docs/synthetic_gsm8k.md says) with
+    one line naming the rejections, and writes no dataset and no manifest (it wrote an empty one, exit 0)."""
+    from instella_recipes.synthetic_gsm8k.run import main as synthetic_main
+    from tests.helpers.synthetic_fakes import SEEDS, bwrap_problem
+
+    if bwrap_problem() is not None:
+        pytest.skip(f"the entry point needs the sandbox: {bwrap_problem()}")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _UselessModelHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    out = tmp_path / "out"
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    argv = ["--seeds", str(SEEDS), "--output_dir", str(out), "--model", "m", "--max_seeds", "3", "--base_url", url,
+            "--max_retries", "0", "--sandbox_workers", "1"]  # fmt: skip
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            synthetic_main(argv)
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert exit_info.value.code == 1 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    assert "no seed problem was solved (3 tried; most common rejections: abstract_unparsable" in lines[0]
+    assert not (out / "manifest.json").exists() and not list(out.glob("train.*"))
+
+
+def _without_use_cpu(argv: list[str]) -> list[str]:
+    if "--use_cpu" in argv:
+        i = argv.index("--use_cpu")
+        argv = argv[:i] + argv[i + 2 :]
+    return argv
+
+
+@pytest.mark.parametrize(
+    "entry, build",
+    [("pretrain", lambda w, o: _without_use_cpu(_pretrain(w, o))), ("sft", lambda w, o: _without_use_cpu(_sft(w, o)))],
+)
+def test_several_cpu_processes_without_use_cpu_name_the_flag(world, tmp_path, capsys, monkeypatch, entry, build):
+    """Issue 32: `torchrun --nproc_per_node 2` on a machine without a GPU and without `--use_cpu true` failed with a
+    global-batch message (each process trained alone): one line naming the flag, exit 2, before any work."""
+    import importlib
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exit_info:
+        importlib.import_module(f"instella_recipes.scripts.{entry}").main([str(a) for a in build(world, tmp_path)])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert exit_info.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    assert "2 processes (WORLD_SIZE=2: torchrun or srun) on a machine without a GPU: add --use_cpu true" in lines[0]
+    assert not list(tmp_path.rglob("manifest.json"))
