@@ -23,6 +23,7 @@ template are dropped and counted (VERL's `filter_overlong_prompts`).
 
 import importlib
 import inspect
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -328,6 +329,28 @@ def checked_reward(fn, name: str):
     return reward
 
 
+BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+ANSWER_IS = re.compile(r"answer is:?\s*\$?(-?[\d,]*\.?\d+)")
+
+
+def final_answer_reward(completions: list[str], ground_truth: list[str], **kwargs) -> list[float]:
+    """1.0 when the completion's final answer (its last `\\boxed{}`, else the number after its last "answer is")
+    equals the reference number, else 0.0. For numeric answers only (the tiny demo's arithmetic, GSM8K-style); the
+    published stages grade with the authors' Prime-RL grader (`DEFAULT_REWARD`)."""
+    scores = []
+    for text, truth in zip(completions, ground_truth, strict=True):
+        found = BOXED.findall(text) or ANSWER_IS.findall(text)
+        scores.append(float(bool(found) and _as_number(found[-1]) == _as_number(str(truth))))
+    return scores
+
+
+def _as_number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", "").strip().rstrip("."))
+    except ValueError:
+        return None
+
+
 def load_reward_funcs(names: list[str]) -> list:
     """Each dotted path imported (as TRL's own `trl/scripts/grpo.py` does), checked for the argument it needs."""
     funcs = []
@@ -377,7 +400,7 @@ def build_trainer(args: GRPOArguments, model_args, preemption=None):
     _stop_point(preemption, "before loading anything")
     tokenizer = load_tokenizer_with_template(args, model_args)
     with PartialState().main_process_first():
-        rows, sources = load_prompt_sources(args.sources, args.seed, args.dataset_num_proc)
+        rows, sources = load_prompt_sources(args.sources, args.seed)
         train, report = prepare_grpo_dataset(rows, tokenizer, args)
     logger.info(report["summary"])
     _stop_point(preemption, "after preparing the data")

@@ -31,7 +31,7 @@ def make_trainer(tmp_path, tokenizer, model_dir, **overrides) -> InstellaGRPOTra
         output_dir=str(tmp_path), per_device_train_batch_size=GROUP, num_generations=GROUP,
         max_completion_length=COMPLETION, beta=0.001, epsilon=0.2, epsilon_high=0.2, delta=3.0, loss_type="bnpo",
         temperature=1.0, use_bias_correction_kl=False, use_cpu=True, bf16=False, report_to="none",
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         reward_funcs=["tests.unit.post_training.test_exactness_grpo.recorded_reward"], seed=0,
     )  # fmt: skip
     settings.update(overrides)
