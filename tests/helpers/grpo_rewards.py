@@ -16,3 +16,10 @@ def digit_share(completions, ground_truth, **kwargs):
 def raises(completions, ground_truth, **kwargs):
     """A reward function with a bug."""
     raise ZeroDivisionError("division by zero")
+
+
+def raises_after_two_steps(completions, ground_truth, trainer_state=None, **kwargs):
+    """`digit_share` for the first two optimizer steps, then a bug (a run that must stop and resume)."""
+    if trainer_state is not None and trainer_state.global_step >= 2:
+        raise KeyError("missing_field")
+    return digit_share(completions, ground_truth)
