@@ -4,7 +4,7 @@
         --config recipes/instella-3b-math/grpo_stage1.yaml
     python scripts/grpo.py --config recipes/tiny/grpo.yaml [--model_name_or_path M --output_dir O ...]
 
-The settings (`GRPOArguments`, TRL's GRPOConfig plus the stage's fields), the trainer (`InstellaGRPOTrainer`) and
+The settings (`CheckedGRPOConfig`, TRL's GRPOConfig plus the stage's fields), the trainer (`InstellaGRPOTrainer`) and
 the run live in `instella_recipes/post_training/grpo.py`; see docs/instella_math.md.
 """
 

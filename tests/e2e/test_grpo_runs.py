@@ -12,11 +12,11 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY_GRPO = "recipes/tiny/grpo.yaml"
 
 
-def grpo(model_dir, out, *extra, check=True):
+def grpo(model_dir, out, *extra, check=True, env=None):
     """`python scripts/grpo.py` on the tiny recipe with a learnable reward (tests/helpers/grpo_rewards.py)."""
     argv = [sys.executable, "scripts/grpo.py", "--config", TINY_GRPO, "--model_name_or_path", str(model_dir),
             "--output_dir", str(out), "--report_to", "none", "--learning_rate", "1e-2", *extra]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1", **(env or {})}
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     if check:
         assert done.returncode == 0, done.stderr[-3000:]
@@ -44,17 +44,17 @@ def test_tiny_grpo_raises_reward_on_its_training_prompts(tiny_model_dir, tmp_pat
 
 def test_failing_reward_stops_with_one_line_and_the_rerun_resumes(tiny_model_dir, tmp_path):
     out = tmp_path / "grpo"
-    steps = ["--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2"]
-    failed = grpo(tiny_model_dir, out, "--reward_funcs", "tests.helpers.grpo_rewards.raises_after_two_steps", *steps,
-                  check=False)  # fmt: skip
+    reward = "tests.helpers.grpo_rewards.digit_share_with_a_bug"
+    steps = ["--reward_funcs", reward, "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2"]
+    failed = grpo(tiny_model_dir, out, *steps, check=False, env={"GRPO_TEST_REWARD_BUG": "1"})
     assert failed.returncode == 2, failed.stderr[-3000:]
     errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in failed.stderr
-    assert "reward function tests.helpers.grpo_rewards.raises_after_two_steps raised KeyError" in errors[0]
+    assert f"reward function {reward} raised KeyError" in errors[0]
     assert not (out / "manifest.json").exists()  # nothing complete-looking
     assert (out / "checkpoint-2" / "trainer_state.json").is_file()
 
-    rerun = grpo(tiny_model_dir, out, "--reward_funcs", "tests.helpers.grpo_rewards.digit_share", *steps)
+    rerun = grpo(tiny_model_dir, out, *steps)  # the bug fixed: the same run, resumed
     assert "Resuming training from checkpoint with epoch 0 and global step 2" in rerun.stderr + rerun.stdout
     state = json.loads((out / "trainer_state.json").read_text())
     steps_logged = [h["step"] for h in state["log_history"] if "reward" in h]

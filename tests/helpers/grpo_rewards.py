@@ -1,5 +1,7 @@
 """Reward functions for GRPO tests (dotted paths a recipe's `reward_funcs` can name)."""
 
+import os
+
 DIGITS = set("0123456789")
 
 
@@ -18,8 +20,9 @@ def raises(completions, ground_truth, **kwargs):
     raise ZeroDivisionError("division by zero")
 
 
-def raises_after_two_steps(completions, ground_truth, trainer_state=None, **kwargs):
-    """`digit_share` for the first two optimizer steps, then a bug (a run that must stop and resume)."""
-    if trainer_state is not None and trainer_state.global_step >= 2:
+def digit_share_with_a_bug(completions, ground_truth, trainer_state=None, **kwargs):
+    """`digit_share`, except that from optimizer step 2 on it raises while GRPO_TEST_REWARD_BUG is set: the same
+    run (same settings, so the same identity) first fails mid-training, then, with the bug "fixed", resumes."""
+    if os.environ.get("GRPO_TEST_REWARD_BUG") and trainer_state is not None and trainer_state.global_step >= 2:
         raise KeyError("missing_field")
     return digit_share(completions, ground_truth)

@@ -23,12 +23,12 @@ template are dropped and counted (VERL's `filter_overlong_prompts`).
 
 import importlib
 import inspect
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
-import yaml
 from accelerate import PartialState
 from datasets import Dataset, concatenate_datasets
 from transformers import AutoConfig
@@ -36,27 +36,26 @@ from trl import GRPOConfig, GRPOTrainer
 
 from instella_recipes.core import (
     RecipeError,
-    check_output_dir,
     check_range,
-    claim_output_dir,
     exit_on_recipe_error,
     get_logger,
     parse_recipe,
     setup_logging,
 )
-from instella_recipes.core.checks import check_choice, check_training_arguments
+from instella_recipes.core.checks import check_choice
 from instella_recipes.data.sources import PRETRAINING_ONLY, SourceSpec, load_rows
-from instella_recipes.trainer.callbacks import PreemptionCallback
-from instella_recipes.trainer.checks import check_global_batch
+from instella_recipes.trainer.settings import DATA, LAUNCH, RUN, StageSettings
+from instella_recipes.trainer.stage import Stage, run_stage
 
 from .run import (
     CheckedModelConfig,
-    StoppedBeforeTraining,
-    _stop_point,
+    PostTrainingData,
+    _parse_source,
+    check_launch,
     check_model_path,
     load_model,
     load_tokenizer_with_template,
-    train_and_save,
+    read_manifest_safe,
 )
 
 logger = get_logger(__name__)
@@ -64,50 +63,67 @@ logger = get_logger(__name__)
 # [MATH] verl/examples/data_preprocess/{big_math,deep_math,deepscaler}.py L46-56: problem + " " + this.
 PROMPT_SUFFIX = "Let's think step by step and output the final answer within \\boxed{}."
 # The reward grader of issue 33 (the authors' Prime-RL `compute_score`); any dotted path can replace it.
-DEFAULT_REWARD = "instella_recipes.post_training.math_reward.reward"
+DEFAULT_REWARD = "instella_recipes.rewards.reward"
 GROUND_TRUTH = "ground_truth"
 
 
 @dataclass
-class GRPOArguments(GRPOConfig):
-    """TRL's GRPOConfig (its own names for everything TRL has: `num_generations`, `max_completion_length`, `beta`,
-    `epsilon`, `epsilon_high`, `delta`, `loss_type`, ...) plus this stage's fields: the data, the prompt format, the
-    reward functions and the two VERL settings TRL has no field for (`advantage_epsilon`, `kl_clamp`)."""
+class CheckedGRPOConfig(StageSettings, GRPOConfig):
+    """The GRPO stage's settings: TRL's GRPOConfig (its own names for everything TRL has: `num_generations`,
+    `max_completion_length`, `beta`, `epsilon`, `epsilon_high`, `delta`, `loss_type`, ...) plus this stage's fields:
+    the data, the prompt format, the reward functions and the two VERL settings TRL has no field for
+    (`advantage_epsilon`, `kl_clamp`)."""
 
     sources: list[str] = field(
         default_factory=list,
-        metadata={"help": "Data sources (YAML mappings {path, split, config_name, max_samples, repeat} or paths)."},
+        metadata={
+            "role": DATA,
+            "help": "Prompt sets: YAML mappings {path, split, config_name, max_samples} or paths.",
+        },
     )
-    prompt_column: str = field(default="problem", metadata={"help": "Column with the problem text."})
+    prompt_column: str = field(default="problem", metadata={"role": DATA, "help": "Column with the problem text."})
     answer_column: str = field(
-        default="answer", metadata={"help": "Column with the reference answer (DeepMath: final_answer)."}
+        default="answer", metadata={"role": DATA, "help": "Column with the reference answer (DeepMath: final_answer)."}
     )
-    prompt_suffix: str = field(default=PROMPT_SUFFIX, metadata={"help": "Appended to each problem after a space."})
+    prompt_suffix: str = field(
+        default=PROMPT_SUFFIX, metadata={"role": RUN, "help": "Appended to each problem after a space."}
+    )
     max_prompt_length: int | None = field(
-        default=512, metadata={"help": "Prompts longer than this (tokens, chat template applied) are dropped."}
+        default=512,
+        metadata={"role": RUN, "help": "Prompts longer than this (tokens, chat template applied) are dropped."},
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: [DEFAULT_REWARD],
-        metadata={"help": "Dotted paths of reward functions `f(completions, ground_truth, **kw) -> list[float]`."},
+        metadata={"role": RUN, "help": "Dotted paths of reward functions f(completions, ground_truth, **kw)."},
     )
     advantage_epsilon: float | None = field(
-        default=1e-6, metadata={"help": "Advantage = (r - mean) / (std + this), VERL's 1e-6; null: TRL's 1e-4."}
+        default=1e-6,
+        metadata={"role": RUN, "help": "Advantage = (r - mean) / (std + this), VERL's 1e-6; null: TRL's 1e-4."},
     )
     kl_clamp: float | None = field(
-        default=10.0, metadata={"help": "k3 KL clamped to [-this, this] as VERL's low_var_kl; null: TRL's unclamped."}
+        default=10.0,
+        metadata={"role": RUN, "help": "k3 KL clamped to [-this, this] as VERL's low_var_kl; null: TRL's unclamped."},
     )
-    tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Default: the input model's folder."})
-    template_path: str | None = field(default=None, metadata={"help": "Chat template file; default: Instella's."})
+    tokenizer_name_or_path: str | None = field(
+        default=None, metadata={"role": RUN, "help": "Default: the input model's folder."}
+    )
+    template_path: str | None = field(
+        default=None, metadata={"role": RUN, "help": "Chat template file; default: Instella's."}
+    )
     global_batch_size: int | None = field(
-        default=None, metadata={"help": "Completions per optimizer update; checked against the launch if set."}
+        default=None, metadata={"role": RUN, "help": "Completions per optimizer update; checked against the launch."}
     )
-    max_samples: int | None = field(default=None, metadata={"help": "Use only the first N prompts (smoke runs)."})
-    max_skip_fraction: float = field(default=0.5, metadata={"help": "Error if more prompts than this are dropped."})
-    torch_num_threads: int | None = field(default=None, metadata={"help": "CPU runs: intra-op threads."})
-    overwrite: bool = field(default=False, metadata={"help": "Replace a complete output in output_dir."})
+    max_samples: int | None = field(
+        default=None, metadata={"role": RUN, "help": "Use only the first N prompts (smoke runs)."}
+    )
+    max_skip_fraction: float = field(
+        default=0.5, metadata={"role": LAUNCH, "help": "Error if more prompts than this are dropped."}
+    )
+    torch_num_threads: int | None = field(
+        default=None, metadata={"role": LAUNCH, "help": "CPU runs: intra-op threads."}
+    )
 
     def __post_init__(self):
-        check_training_arguments(self)
         check_range("max_prompt_length", self.max_prompt_length, 1, integer=True, allow_none=True)
         check_range("advantage_epsilon", self.advantage_epsilon, 0, low_open=True, allow_none=True)
         check_range("kl_clamp", self.kl_clamp, 0, low_open=True, allow_none=True)
@@ -134,13 +150,6 @@ class GRPOArguments(GRPOConfig):
             torch.set_num_threads(self.torch_num_threads)
         self.sources = [_parse_source(s) for s in self.sources]
         super().__post_init__()
-
-
-def _parse_source(source) -> dict:
-    if isinstance(source, str):
-        parsed = yaml.safe_load(source)
-        return parsed if isinstance(parsed, dict) else {"path": source}
-    return source
 
 
 # --- the objective ---------------------------------------------------------------------------------------------------
@@ -255,7 +264,7 @@ def check_columns(dataset: Dataset, prompt_column: str, answer_column: str) -> N
             )
 
 
-def prepare_grpo_dataset(dataset: Dataset, tokenizer, args: GRPOArguments) -> tuple[Dataset, dict]:
+def prepare_grpo_dataset(dataset: Dataset, tokenizer, args: CheckedGRPOConfig) -> tuple[Dataset, dict]:
     """Rows -> {prompt: [one user message: problem + " " + suffix], ground_truth: answer}; rows without a problem or an
     answer and prompts over `max_prompt_length` tokens (chat template + generation prompt applied, as VERL's
     filter counts them) are dropped and counted. Returns (dataset, report)."""
@@ -371,7 +380,7 @@ def load_reward_funcs(names: list[str]) -> list:
 
 
 # --- the run ---------------------------------------------------------------------------------------------------------
-def check_lengths(args: GRPOArguments, model_args) -> None:
+def check_lengths(args: CheckedGRPOConfig, model_args) -> None:
     """A rollout can never exceed what the model (or the vLLM engine) holds: prompt cap + completion cap must fit."""
     need = (args.max_prompt_length or 0) + (args.max_completion_length or 0)
     config = AutoConfig.from_pretrained(model_args.model_name_or_path, trust_remote_code=True)
@@ -388,44 +397,68 @@ def check_lengths(args: GRPOArguments, model_args) -> None:
         )
 
 
-def build_trainer(args: GRPOArguments, model_args, preemption=None):
-    """Everything up to a ready trainer (data and lengths checked first); returns (trainer, data report)."""
-    inputs = [("model_name_or_path", model_args.model_name_or_path)]
-    check_output_dir(args.output_dir, args.overwrite, inputs=inputs)
-    check_model_path(model_args)
-    if model_args.use_peft:
-        raise RecipeError("use_peft is not supported by the GRPO stage yet (the authors train all weights)")
-    check_lengths(args, model_args)
-    reward_funcs = load_reward_funcs(args.reward_funcs)
-    _stop_point(preemption, "before loading anything")
-    tokenizer = load_tokenizer_with_template(args, model_args)
-    with PartialState().main_process_first():
-        rows, sources = load_prompt_sources(args.sources, args.seed)
-        train, report = prepare_grpo_dataset(rows, tokenizer, args)
-    logger.info(report["summary"])
-    _stop_point(preemption, "after preparing the data")
-    model = load_model(model_args)
-    if args.global_batch_size:
-        check_global_batch(
-            args.global_batch_size, args.per_device_train_batch_size, args.gradient_accumulation_steps, args.world_size
+class GRPOStage(Stage):
+    """GRPO in the training lifecycle (`trainer/stage.py`): input model and reward functions checked before any work,
+    the prompts formatted and filtered (rank 0 first), the model, `InstellaGRPOTrainer`; beside the model the data
+    report."""
+
+    name = "grpo"
+
+    def check(self) -> None:
+        check_model_path(self.model_args)
+        if self.model_args.use_peft:
+            raise RecipeError("use_peft is not supported by the GRPO stage yet (the authors train all weights)")
+        check_lengths(self.args, self.model_args)
+        self.reward_funcs = load_reward_funcs(self.args.reward_funcs)
+
+    def load_data(self) -> PostTrainingData:
+        args = self.args
+        tokenizer = load_tokenizer_with_template(args, self.model_args)
+        self.stop_point("after loading the tokenizer")
+        with PartialState().main_process_first():
+            rows, sources = load_prompt_sources(args.sources, args.seed)
+            train, report = prepare_grpo_dataset(rows, tokenizer, args)
+        logger.info(report["summary"])
+        return PostTrainingData(tokenizer, train, {"sources": sources, **report})
+
+    def build_model(self, data: PostTrainingData):
+        model = load_model(self.model_args)
+        check_launch(self.args, model, data.tokenizer)
+        return model
+
+    def build_trainer(self, data: PostTrainingData, model, callbacks: list):
+        return InstellaGRPOTrainer(
+            model=model,
+            reward_funcs=self.reward_funcs,
+            args=self.args,
+            train_dataset=data.dataset,
+            processing_class=data.tokenizer,
+            callbacks=callbacks or None,
+            advantage_epsilon=self.args.advantage_epsilon,
+            kl_clamp=self.args.kl_clamp,
         )
-    _stop_point(preemption, "after loading the model")
-    if PartialState().is_main_process:
-        claim_output_dir(args.output_dir, args.overwrite, inputs=inputs)
-    trainer = InstellaGRPOTrainer(
-        model=model,
-        reward_funcs=reward_funcs,
-        args=args,
-        train_dataset=train,
-        processing_class=tokenizer,
-        callbacks=[preemption] if preemption is not None else None,
-        advantage_epsilon=args.advantage_epsilon,
-        kl_clamp=args.kl_clamp,
-    )
-    return trainer, {"sources": sources, **report}
+
+    def save_extras(self, trainer, data: PostTrainingData) -> None:
+        if trainer.is_world_process_zero():
+            (self.output_dir / "data_report.json").write_text(json.dumps(data.report, indent=2) + "\n")
+            logger.info(data.report["summary"])
+
+    def manifest_fields(self, trainer, data: PostTrainingData) -> dict:
+        return {
+            "inputs": {
+                "model": self.model_args.model_name_or_path,
+                "model_manifest": read_manifest_safe(self.model_args),
+            },
+            "data": data.report,
+        }
 
 
-def server_failure(err: Exception, args: GRPOArguments) -> str | None:
+def build_trainer(training_args, model_args, callbacks=()):
+    """Everything up to a ready trainer (data checked first), for tests and tools: (trainer, data)."""
+    return GRPOStage(training_args, model_args).build(callbacks)
+
+
+def server_failure(err: Exception, args: CheckedGRPOConfig) -> str | None:
     """A vLLM server that stopped answering mid-run, as one line (None for any other error)."""
     names = {type(e).__name__ for e in (err, err.__cause__, err.__context__) if e is not None}
     if not args.use_vllm or args.vllm_mode != "server" or not names & {"ConnectionError", "ReadTimeout", "Timeout"}:
@@ -440,20 +473,12 @@ def server_failure(err: Exception, args: GRPOArguments) -> str | None:
 @exit_on_recipe_error
 def main(argv: list[str] | None = None) -> int:
     """`scripts/grpo.py`: parse the recipe and the command line, then one whole GRPO run (exit code 0)."""
-    args, model_args = parse_recipe([GRPOArguments, CheckedModelConfig], argv)
+    args, model_args = parse_recipe([CheckedGRPOConfig, CheckedModelConfig], argv)
     setup_logging()
-    preemption = PreemptionCallback()
-    preemption.install()
     try:
-        trainer, data = build_trainer(args, model_args, preemption=preemption)
-        train_and_save(trainer, data, args, args, model_args, argv, "grpo", preemption)
-    except StoppedBeforeTraining as stop:
-        logger.info(f"grpo: pre-empted during start-up ({stop}); nothing was written. Rerun to start.")
+        return run_stage(GRPOStage(args, model_args, argv))
     except Exception as err:
         message = server_failure(err, args)
         if message is None:
             raise
         raise RecipeError(message) from err
-    finally:
-        preemption.restore()
-    return 0

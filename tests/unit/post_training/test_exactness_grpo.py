@@ -9,7 +9,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from instella_recipes.post_training.grpo import GRPOArguments, InstellaGRPOTrainer, grpo_advantages
+from instella_recipes.post_training.grpo import CheckedGRPOConfig, InstellaGRPOTrainer, grpo_advantages
 from instella_recipes.post_training.template import install_chat_template
 from modeling_instella import InstellaForCausalLM
 from tests.helpers import verl_core_algos as verl
@@ -35,7 +35,7 @@ def make_trainer(tmp_path, tokenizer, model_dir, **overrides) -> InstellaGRPOTra
         reward_funcs=["tests.unit.post_training.test_exactness_grpo.recorded_reward"], seed=0,
     )  # fmt: skip
     settings.update(overrides)
-    args = GRPOArguments(**settings)
+    args = CheckedGRPOConfig(**settings)
     model = InstellaForCausalLM.from_pretrained(model_dir)  # from a folder: TRL loads the reference model from it
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": "1 + 1 ="}], "ground_truth": "2"}] * GROUP)
     return InstellaGRPOTrainer(

@@ -13,7 +13,7 @@ from datasets import Dataset
 from instella_recipes.core import RecipeError, parse_recipe
 from instella_recipes.post_training.grpo import (
     PROMPT_SUFFIX,
-    GRPOArguments,
+    CheckedGRPOConfig,
     RewardFunctionError,
     check_lengths,
     checked_reward,
@@ -39,7 +39,7 @@ PUBLISHED = {
 
 def parse(path: Path, *extra: str):
     # bf16 is the published setting; this CPU machine cannot validate it, so the test overrides it
-    return parse_recipe([GRPOArguments, CheckedModelConfig], ["--config", str(path), "--bf16", "false", *extra])
+    return parse_recipe([CheckedGRPOConfig, CheckedModelConfig], ["--config", str(path), "--bf16", "false", *extra])
 
 
 @pytest.mark.parametrize("stage", sorted(PUBLISHED))
@@ -70,7 +70,7 @@ def test_published_recipes_hold_the_published_numbers(stage):
     assert (args.scale_rewards, args.advantage_epsilon) == ("group", 1e-6)
     assert (args.temperature, args.top_p, args.top_k) == (1.0, 1.0, 0)
     assert (args.use_vllm, args.vllm_mode, args.vllm_importance_sampling_correction) == (True, "colocate", False)
-    assert args.reward_funcs == ["instella_recipes.post_training.math_reward.reward"]
+    assert args.reward_funcs == ["instella_recipes.rewards.reward"]
 
 
 def test_stages_chain_and_tiny_recipe_parses():
@@ -89,12 +89,12 @@ def tokenizer(tiny_tokenizer):
     return install_chat_template(copy.deepcopy(tiny_tokenizer))
 
 
-def grpo_args(tmp_path, **overrides) -> GRPOArguments:
+def grpo_args(tmp_path, **overrides) -> CheckedGRPOConfig:
     settings = dict(
         output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", num_generations=2,
         per_device_train_batch_size=2, beta=0.001, use_bias_correction_kl=False, loss_type="bnpo",
     )  # fmt: skip
-    return GRPOArguments(**{**settings, **overrides})
+    return CheckedGRPOConfig(**{**settings, **overrides})
 
 
 def test_prompt_format_and_overlong_prompts_dropped_and_counted(tmp_path, tokenizer):
