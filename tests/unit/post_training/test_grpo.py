@@ -176,3 +176,24 @@ def test_objective_settings_that_cannot_combine_are_refused(tmp_path):
 def test_final_answer_reward():
     completions = ["3 + 4 = 7. The answer is 7.", "so \\boxed{1,234}", "The answer is 8.", "no answer", "answer is 7"]
     assert final_answer_reward(completions, ["7", "1234", "7", "7", "7.0"]) == [1.0, 1.0, 0.0, 0.0, 1.0]
+
+
+def test_pipeline_chains_instruct_sft_grpo_eval_and_releases_under_the_hub_names():
+    from instella_recipes.pipeline.graph import load_pipeline
+
+    pipeline = load_pipeline(MATH / "pipeline.yaml")
+    stages = {s.name: s for s in pipeline.stages}
+    chain = ["sft_stage1", "sft_stage2", "grpo_stage1", "grpo_stage2", "grpo_stage3"]
+    assert [s for s in stages if s in chain] == chain
+
+    def model_of(name):
+        args = stages[name].resolved.args
+        return args[args.index("--model_name_or_path") + 1]
+
+    assert model_of("sft_stage1") == "amd/Instella-3B-Instruct"
+    for before, after in zip(chain, chain[1:]):
+        assert stages[after].inputs == [before]
+        assert model_of(after) == str(pipeline.output_of(stages[before]))
+    assert stages["eval_grpo"].inputs == ["grpo_stage3"] and stages["eval_sft"].inputs == ["sft_stage2"]
+    assert pipeline.output_of(stages["release_sft"]).name == "Instella-3B-Math-SFT"
+    assert pipeline.output_of(stages["release"]).name == "Instella-3B-Math"

@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pytest
 from datasets import Dataset
-from trl import SFTConfig
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
 from instella_recipes.core import parse_recipe
 from instella_recipes.data.tokenizer import load_tokenizer
 from instella_recipes.post_training import converters
 from instella_recipes.post_training.run import CheckedModelConfig
-from instella_recipes.post_training.sft import SFTArguments
+from instella_recipes.post_training.sft import CheckedSFTConfig
 from instella_recipes.post_training.template import install_chat_template
 from instella_recipes.post_training.tokenization import prepare_sft_dataset
 from instella_recipes.trainer.optim import olmo_lr_factor
@@ -61,9 +60,11 @@ def test_openmathinstruct2_rows_equal_prepare_sft_data(max_length):
 
 
 def _parse(name: str):
-    return parse_recipe(
-        [SFTArguments, SFTConfig, CheckedModelConfig], ["--config", str(RECIPES / name), "--bf16", "false"]
+    # the stage lifecycle (i31) has one settings object: the recipe fields live in CheckedSFTConfig
+    t, model = parse_recipe(
+        [CheckedSFTConfig, CheckedModelConfig], ["--config", str(RECIPES / name), "--bf16", "false"]
     )
+    return t, t, model
 
 
 def test_sft_stage1_recipe_is_the_authors_config():
