@@ -14,6 +14,7 @@ STAGE: pretrain | sft | dpo. ARGV: the stage's command line (the worker adds --b
 """
 
 import importlib
+import json
 import os
 import sys
 
@@ -75,9 +76,23 @@ def main(config: str, stage: str, *argv: str) -> int:
     module = importlib.import_module(STAGES[stage])
     run_stage = module.run_stage
 
-    def configured_run_stage(*args, **kwargs):
+    def configured_run_stage(stage, *args, **kwargs):
         apply_config(config)
-        return run_stage(*args, **kwargs)
+        built = []
+        build_trainer = stage.build_trainer
+        stage.build_trainer = lambda *a, **k: built.append(build_trainer(*a, **k)) or built[-1]
+        code = run_stage(stage, *args, **kwargs)
+        if built and os.environ.get("WORKER_RECORD"):  # what the trainer ran under, for the test to check
+            plugin = getattr(built[0].accelerator.state, "fsdp_plugin", None)
+            record = {
+                "wrapped": type(built[0].model_wrapped).__name__,
+                "distributed_type": str(built[0].accelerator.distributed_type),
+                "state_dict_type": str(plugin.state_dict_type) if plugin is not None else None,
+            }
+            rank = os.environ.get("RANK", "0")
+            with open(f"{os.environ['WORKER_RECORD']}.rank{rank}.json", "w") as f:
+                json.dump(record, f)
+        return code
 
     module.run_stage = configured_run_stage
     return module.main(argv)

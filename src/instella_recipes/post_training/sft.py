@@ -21,31 +21,45 @@ from instella_recipes.trainer.optim import InstellaOptimMixin
 from instella_recipes.trainer.settings import RUN
 from instella_recipes.trainer.stage import run_stage
 
+from .loss import LossReductionMixin, check_loss_reduction
 from .run import CheckedModelConfig, PostTrainingSettings, PostTrainingStage
-from .tokenization import check_truncation_mode, prepare_sft_dataset
+from .tokenization import check_row_format, check_truncation_mode, prepare_sft_dataset
 
 
 @dataclass
 class CheckedSFTConfig(PostTrainingSettings, SFTConfig):
     """SFT's settings: TRL's SFTConfig, its numeric fields range-checked at parse time (`core.checks`: without it SFT
-    `max_length -1` silently drops every row's closing EOS label), with the post-training fields and the FSDP reduce
-    dtype."""
+    `max_length -1` silently drops every row's closing EOS label), with the post-training fields, the FSDP reduce
+    dtype, the row format and the loss reduction."""
 
     fsdp_reduce_dtype: str | None = field(
         default="float32",
         metadata={"role": RUN, "help": "FSDP with bf16: gradient reduce dtype (authors: float32); null: bf16."},
     )
+    row_format: str = field(
+        default="instella",
+        metadata={
+            "role": RUN,
+            "help": "instella (prepare_sft_data.py rows) | open_instruct (finetune.py encode_sft_example).",
+        },
+    )
+    loss_reduction: str = field(
+        default="mean",
+        metadata={"role": RUN, "help": "mean (label-token mean) | sum (open-instruct reduce_loss: sum)."},
+    )
 
     def __post_init__(self):
         if self.fsdp_reduce_dtype is not None:
             check_choice("fsdp_reduce_dtype", self.fsdp_reduce_dtype, ("float32", "bfloat16"))
+        check_row_format(self.row_format)
+        check_loss_reduction(self.loss_reduction, self.average_tokens_across_devices)
         check_truncation_mode(self.truncation_mode)
         super().__post_init__()
 
 
-class InstellaSFTTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, SFTTrainer):
-    """SFTTrainer with Instella's optimizer settings and LR schedule, and under FSDP + bf16 the gradients reduced in
-    fp32 (the authors' `fsdp.precision: mixed`)."""
+class InstellaSFTTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, LossReductionMixin, SFTTrainer):
+    """SFTTrainer with Instella's optimizer settings and LR schedule, under FSDP + bf16 the gradients reduced in
+    fp32 (the authors' `fsdp.precision: mixed`), and the loss reduction of `loss.py`."""
 
     def __init__(self, *args, fsdp_reduce_dtype: str | None = "float32", **kwargs):
         self.fsdp_reduce_dtype = fsdp_reduce_dtype
@@ -68,10 +82,12 @@ class SFTStage(PostTrainingStage):
 
     def prepare(self, mixture, tokenizer):
         args = self.args
-        return prepare_sft_dataset(mixture, tokenizer, args.max_length, args.overlong, args.dataset_num_proc)
+        return prepare_sft_dataset(
+            mixture, tokenizer, args.max_length, args.overlong, args.dataset_num_proc, row_format=args.row_format
+        )
 
     def trainer_kwargs(self) -> dict:
-        return {"fsdp_reduce_dtype": self.args.fsdp_reduce_dtype}
+        return {"fsdp_reduce_dtype": self.args.fsdp_reduce_dtype, "loss_reduction": self.args.loss_reduction}
 
 
 def build_trainer(training_args, model_args, callbacks=()):

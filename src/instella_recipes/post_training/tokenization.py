@@ -2,7 +2,10 @@
 `checks.py` applied on the way (each skipped or truncated row counted in a `DataReport`).
 
 - `prepare_sft_dataset`: `messages` -> `{input_ids, labels}`, the Instella chat template with assistant-only labels
-  (`template.py`), each message's content stripped as the authors' SFT preprocessing does.
+  (`template.py`), each message's content stripped as the authors' SFT preprocessing does (`row_format: instella`,
+  their OLMo-side `prepare_sft_data.py`); or, with `row_format: open_instruct` (Instella-Math SFT stage 2, trained
+  with open-instruct's `finetune.py`), contents as they are, the whole conversation rendered and tokenized at once,
+  every assistant turn labelled, as its `encode_sft_example` does (the same masks as DPO's, `preference.py`).
 - `prepare_dpo_dataset`: preference pairs -> `{chosen_ids, chosen_mask, rejected_ids, rejected_mask}`, each whole
   conversation tokenized and every assistant turn scored as open-instruct's `dpo_tune.py` does (`preference.py`).
 """
@@ -16,6 +19,8 @@ from instella_recipes.core import RecipeError
 from .checks import OK, TRUNCATED, DataReport, check_overlong_policy, message_problem, pair_problem
 from .preference import score_conversations
 from .template import IGNORE_INDEX, tokenize_conversations
+
+ROW_FORMATS = ("instella", "open_instruct")
 
 
 def check_truncation_mode(mode: str) -> None:
@@ -37,14 +42,37 @@ def _map_and_count(dataset: Dataset, process, stage: str, num_proc: int | None, 
     return kept.remove_columns("_status"), report
 
 
+def check_row_format(row_format: str) -> None:
+    if row_format not in ROW_FORMATS:
+        raise RecipeError(f"row_format must be one of {ROW_FORMATS}, not '{row_format}'")
+
+
+def _open_instruct_rows(tokenizer, conversations: list[list[dict]], max_length: int | None) -> list[dict]:
+    """open-instruct `encode_sft_example` rows: `{input_ids, labels, length}` (length before the cut)."""
+    rows = []
+    for row in score_conversations(tokenizer, conversations, max_length):
+        labels = [t if m else IGNORE_INDEX for t, m in zip(row["ids"], row["mask"], strict=True)]
+        rows.append({"input_ids": row["ids"], "labels": labels, "length": row["length"]})
+    return rows
+
+
 def prepare_sft_dataset(
-    dataset: Dataset, tokenizer, max_length: int | None, overlong: str = "truncate", num_proc: int | None = None
+    dataset: Dataset,
+    tokenizer,
+    max_length: int | None,
+    overlong: str = "truncate",
+    num_proc: int | None = None,
+    row_format: str = "instella",
 ) -> tuple[Dataset, DataReport]:
-    """Validate, strip every message's content (the authors' `.strip()`), tokenize (assistant-only labels) and apply
-    the overlong policy; return `{input_ids, labels}` rows."""
+    """Validate, strip every message's content (the authors' `.strip()`; not with `open_instruct`), tokenize
+    (assistant-only labels, `row_format`, see the module docstring) and apply the overlong policy; return
+    `{input_ids, labels}` rows."""
     check_overlong_policy(overlong)
+    check_row_format(row_format)
     if "messages" not in dataset.column_names:
         raise RecipeError(f"the SFT dataset has no `messages` column (columns: {dataset.column_names})")
+    if row_format == "open_instruct":
+        return _prepare_open_instruct(dataset, tokenizer, max_length, overlong, num_proc)
 
     def process(batch):
         problems = [message_problem(m) for m in batch["messages"]]
@@ -74,6 +102,34 @@ def prepare_sft_dataset(
         return out
 
     return _map_and_count(dataset, process, "sft", num_proc, "tokenize SFT")
+
+
+def _prepare_open_instruct(dataset, tokenizer, max_length, overlong, num_proc):
+    """open-instruct rows: contents unchanged, cut at `max_length` (`overlong: drop` drops instead); rows without a
+    label left are dropped (`finetune.py`'s `(labels != -100).any()` filter)."""
+
+    def process(batch):
+        problems = [message_problem(m) for m in batch["messages"]]
+        good = [messages for messages, p in zip(batch["messages"], problems, strict=True) if p is None]
+        encoded = iter(_open_instruct_rows(tokenizer, good, max_length))
+        out = {"input_ids": [], "labels": [], "_status": []}
+        for problem in problems:
+            ids, labels, status = [], [], problem
+            if problem is None:
+                row = next(encoded)
+                ids, labels, status = row["input_ids"], row["labels"], OK
+                if row["length"] > len(ids):
+                    status = TRUNCATED if overlong == "truncate" else "longer than max_length (dropped)"
+                if status == "longer than max_length (dropped)":
+                    ids, labels = [], []
+                elif all(label == IGNORE_INDEX for label in labels):
+                    ids, labels, status = [], [], "no assistant token within max_length"
+            out["input_ids"].append(ids)
+            out["labels"].append(labels)
+            out["_status"].append(status)
+        return out
+
+    return _map_and_count(dataset, process, "sft", num_proc, "tokenize SFT (open-instruct rows)")
 
 
 def prepare_dpo_dataset(

@@ -252,9 +252,10 @@ def _latex_to_plain(text: str) -> str:
     return text.strip()
 
 
-def prm_normalize(expr: str | None) -> str | None:
+def prm_normalize(expr: str | None, units: tuple[str, ...] = _UNITS, squeeze: bool = False) -> str | None:
     """prm800k `grader._normalize`: drop `\\text{}`, `$`, `%`, unit words, degrees, outer braces; LaTeX to plain
-    text (pylatexenc); integers to canonical form; lower case."""
+    text (pylatexenc); integers to canonical form; lower case. DeepScaleR's copy (the evaluation's) knows one unit
+    less ("liter") and `squeeze`s: spaces and any braces left are dropped before lower-casing."""
     if expr is None:
         return None
     m = re.search(r"^\\text\{(?P<text>.+?)\}$", expr)
@@ -263,7 +264,7 @@ def prm_normalize(expr: str | None) -> str | None:
     expr = expr.replace("\\%", "%").replace("\\$", "$").replace("$", "").replace("%", "")
     expr = expr.replace(" or ", " , ").replace(" and ", " , ")
     expr = expr.replace("million", "*10^6").replace("billion", "*10^9").replace("trillion", "*10^12")
-    for unit in _UNITS:
+    for unit in units:
         expr = re.sub(f"{unit}(es)?(s)? *(\\^[0-9]+)?", "", expr)
     expr = re.sub(r"\^ *\\circ", "", expr)
     if len(expr) > 0 and expr[0] == "{" and expr[-1] == "}":
@@ -276,6 +277,8 @@ def prm_normalize(expr: str | None) -> str | None:
             expr = _latex_to_plain(expr)
     expr = re.sub("- *", "-", expr)
     expr = re.sub("([0-9]) +([0-9])", r"\1+\2", expr)  # a mixed number "7 3/4" -> "7+3/4"
+    if squeeze:
+        expr = expr.replace(" ", "").replace("{", "").replace("}", "")
     expr = expr.lower()
     if _str_is_int(expr):
         expr = str(int(float(expr.replace(",", ""))))
@@ -320,15 +323,15 @@ def _split_tuple(expr: str) -> list[str]:
     return [expr]
 
 
-def grade_answer(given: str | None, truth: str) -> bool:
-    """prm800k `grade_answer`: equal after MATH normalisation, or after prm800k normalisation, or element by element
-    (tuples/intervals with the same brackets) where unreduced fractions must match as written, an integer truth needs
-    an integer answer, and everything else is equal if sympy simplifies the difference to 0."""
+def grade_answer(given: str | None, truth: str, normalize=prm_normalize) -> bool:
+    """prm800k `grade_answer`: equal after MATH normalisation, or after prm800k normalisation (`normalize`), or element
+    by element (tuples/intervals with the same brackets) where unreduced fractions must match as written, an integer
+    truth needs an integer answer, and everything else is equal if sympy simplifies the difference to 0."""
     if given is None:
         return False
     if mathd_normalize(truth) == mathd_normalize(given):
         return True
-    truth_n, given_n = prm_normalize(truth), prm_normalize(given)
+    truth_n, given_n = normalize(truth), normalize(given)
     if truth_n is None:
         return False
     if truth_n == given_n:
@@ -553,10 +556,24 @@ def _close(a: float, b: float, tolerance: float) -> bool:
 # --------------------------------------------------------------------------------------------- reward
 
 
+_WARM: list[bool] = []
+
+
+def _warm_up() -> None:
+    """Load sympy's LaTeX parser (antlr) and pylatexenc once, outside any budget: their first use costs about half
+    a CPU second, which would otherwise come out of the first answer's 1 s budget."""
+    if not _WARM:
+        with contextlib.suppress(Exception):
+            parse_latex("1")
+        _latex_to_plain("\\frac{1}{2}")
+        _WARM.append(True)
+
+
 def is_correct(completion: str, ground_truth: str) -> bool:
     """Prime-RL `compute_score(...)[0]`: the extracted answer passes `grade_answer`, or `math_equal` (1 s CPU
     budgets; with `\\pi` in either side, pi taken as math.pi or as 3.14). Raises only where theirs does (an error
     inside `grade_answer`, e.g. none known on strings)."""
+    _warm_up()
     answer = extract_answer(str(completion))
     ground_truth = str(ground_truth)
     if grade_answer(answer, ground_truth):
