@@ -190,18 +190,29 @@ class InstellaGRPOTrainer(GRPOTrainer):
     # private: TRL computes the advantages inside it, with its fixed 1e-4 epsilon [test_private_apis]
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
-        if self.advantage_epsilon is None:
-            return output
         rewards_per_func, self._rewards_per_func = self._rewards_per_func, None
         weights = self.reward_weights.to(rewards_per_func.device)
         rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # unscorable: TRL's rule
         num_generations = self.num_generations if self.model.training else self.num_generations_eval
+        self._log_pass_rates(rewards, num_generations)
+        if self.advantage_epsilon is None:
+            return output
         advantages = grpo_advantages(rewards, num_generations, self.advantage_epsilon)
         local = len(inputs)  # TRL gathered every process's rewards; keep this process's slice, as TRL does
         start = self.accelerator.process_index * local
         output["advantages"] = advantages[start : start + local].to(output["advantages"].dtype)
         return output
+
+    def _log_pass_rates(self, rewards: torch.Tensor, num_generations: int) -> None:
+        """With 0/1 rewards (a verified answer): pass@1 = the mean over all samples (as the authors report it) and
+        pass@n = the share of prompts with at least one correct sample, logged beside TRL's `reward`."""
+        if not torch.isin(rewards, torch.tensor([0.0, 1.0], device=rewards.device)).all():
+            return
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["pass@1"].append(rewards.mean().item())
+        grouped = rewards.view(-1, num_generations)
+        self._metrics[mode][f"pass@{num_generations}"].append(grouped.amax(dim=1).mean().item())
 
     # private: the policy log-probs of the loss's forward pass, which the clamped KL term needs [test_private_apis]
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):

@@ -182,3 +182,12 @@ def test_advantages_through_trl_generation_equal_verl(tmp_path, tokenizer, tiny_
         rewards.unsqueeze(-1), torch.ones(8, 1), ["a"] * GROUP + ["b"] * GROUP, epsilon=1e-6
     )
     assert torch.allclose(output["advantages"], verl_adv.squeeze(-1), atol=1e-6, rtol=0)
+
+
+def test_pass_rates_logged_for_verified_rewards(tmp_path, tokenizer, tiny_model_dir):
+    """0/1 rewards: pass@1 = the mean over all samples (the authors' pass@1), pass@n = prompts with a right sample."""
+    trainer = make_trainer(tmp_path, tokenizer, tiny_model_dir)
+    trainer.model.train()
+    trainer._log_pass_rates(torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0]), GROUP)
+    trainer._log_pass_rates(torch.tensor([0.5, 0, 0, 0, 0, 0, 0, 0]), GROUP)  # not 0/1: nothing logged
+    assert trainer._metrics["train"]["pass@1"] == [0.125] and trainer._metrics["train"]["pass@4"] == [0.5]

@@ -197,3 +197,20 @@ def test_pipeline_chains_instruct_sft_grpo_eval_and_releases_under_the_hub_names
     assert stages["eval_grpo"].inputs == ["grpo_stage3"] and stages["eval_sft"].inputs == ["sft_stage2"]
     assert pipeline.output_of(stages["release_sft"]).name == "Instella-3B-Math-SFT"
     assert pipeline.output_of(stages["release"]).name == "Instella-3B-Math"
+
+
+def test_report_shows_reward_and_pass_rates_per_step(tmp_path):
+    import json
+
+    from instella_recipes.pipeline.report import grpo_section
+
+    out = tmp_path / "grpo"
+    out.mkdir()
+    history = [
+        {"step": s, "reward": r, "pass@1": r, "pass@4": p, "loss": 0.0} for s, r, p in [(1, 0.25, 0.5), (2, 0.5, 1.0)]
+    ]
+    (out / "trainer_state.json").write_text(json.dumps({"log_history": history, "global_step": 2}))
+    lines = grpo_section([{"stage": "grpo", "output": str(out)}], tmp_path, Path("report"))
+    assert "| step | reward | pass@1 | pass@4 |" in lines
+    assert "| 1 | 0.250 | 0.250 | 0.500 |" in lines and "| 2 | 0.500 | 0.500 | 1.000 |" in lines
+    assert (tmp_path / "grpo_grpo.png").is_file()
