@@ -23,6 +23,8 @@ import yaml
 from accelerate import Accelerator, PartialState
 from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
+from instella_recipes.training.fault_injection import kill_at_step
+
 STAGES = {
     "pretrain": "instella_recipes.training.pretrain",
     "sft": "instella_recipes.post_training.sft",
@@ -80,7 +82,16 @@ def main(config: str, stage: str, *argv: str) -> int:
         apply_config(config)
         built = []
         build_trainer = stage.build_trainer
-        stage.build_trainer = lambda *a, **k: built.append(build_trainer(*a, **k)) or built[-1]
+
+        def recorded_build_trainer(*a, **k):
+            built.append(build_trainer(*a, **k))
+            if os.environ.get("WORKER_KILL_STEP"):  # SIGTERM to rank 0 at the end of that step (a pre-emption)
+                built[-1].add_callback(
+                    kill_at_step(None, {"kill_step": os.environ["WORKER_KILL_STEP"], "kill_signal": "TERM"})[0]
+                )
+            return built[-1]
+
+        stage.build_trainer = recorded_build_trainer
         code = run_stage(stage, *args, **kwargs)
         if built and os.environ.get("WORKER_RECORD"):  # what the trainer ran under, for the test to check
             plugin = getattr(built[0].accelerator.state, "fsdp_plugin", None)

@@ -5,12 +5,30 @@ one by one with DeepScaleR's `grade_answer_verl` (last `\\boxed{}`, mathd string
 pass@1 = the mean of its 16 scores (so the task's mean is the mean over all samples, as theirs) and pass@16 = 1 if
 any sample is right.
 
-This file loads with lm-eval alone: the grader is imported inside `process_results` only.
+This file loads with lm-eval alone: the grader is imported inside `process_results` only. Where the project is not
+installed (a separate vLLM venv) it is imported from this clone's `src/`; it needs sympy, pylatexenc and
+antlr4-python3-runtime 4.11 in that Python.
 """
 
+import sys
 from pathlib import Path
 
 import datasets
+
+REPO_SRC = Path(__file__).resolve().parents[3] / "src"
+
+
+def _eval_score():
+    """The project's evaluation grader: installed, else from this clone's `src/`."""
+    try:
+        # the project's grader (instella_recipes.rewards): imported here so that the task loads without the package
+        from instella_recipes.rewards.deepscaler_grader import eval_score
+    except ModuleNotFoundError as err:
+        if err.name != "instella_recipes" or not REPO_SRC.is_dir():
+            raise
+        sys.path.insert(0, str(REPO_SRC))
+        from instella_recipes.rewards.deepscaler_grader import eval_score
+    return eval_score
 
 
 def load(data_files: dict, config_source: str | None = None, **_metadata) -> datasets.DatasetDict:
@@ -34,9 +52,7 @@ def ground_truth(doc: dict) -> str:
 
 def process_results(doc: dict, results: list) -> dict:
     """pass@1 (mean over this problem's samples) and pass@16 (any sample right) from the `take_first_k` samples."""
-    # the project's grader (instella_recipes.rewards): imported here so that the task loads without the package
-    from instella_recipes.rewards.deepscaler_grader import eval_score
-
+    eval_score = _eval_score()
     samples = results[0] if results and isinstance(results[0], list) else results
     truth = ground_truth(doc)
     scores = [eval_score(sample, truth) for sample in samples]

@@ -563,8 +563,12 @@ def _warm_up() -> None:
     """Load sympy's LaTeX parser (antlr) and pylatexenc once, outside any budget: their first use costs about half
     a CPU second, which would otherwise come out of the first answer's 1 s budget."""
     if not _WARM:
-        with contextlib.suppress(Exception):
+        try:
             parse_latex("1")
+        except ImportError as err:  # without it every LaTeX parse would fail quietly and verdicts change
+            raise ImportError(
+                "the math grader needs sympy's LaTeX parser: pip install antlr4-python3-runtime==4.11.0"
+            ) from err
         _latex_to_plain("\\frac{1}{2}")
         _WARM.append(True)
 

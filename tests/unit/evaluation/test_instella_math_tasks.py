@@ -72,7 +72,7 @@ class SampleLM(LM):
         raise NotImplementedError
 
 
-@pytest.mark.parametrize("right", [0, 4, 16])
+@pytest.mark.parametrize("right", [0, 4])
 def test_pass_at_1_is_the_mean_over_all_samples_and_pass_at_16_any(right):
     from lm_eval import simple_evaluate
 
@@ -86,24 +86,33 @@ def test_pass_at_1_is_the_mean_over_all_samples_and_pass_at_16_any(right):
     assert set(model.seen.values()) == {16}  # each problem sampled 16 times
 
 
-def test_every_task_yaml_loads_with_lm_eval_alone():
-    """A fresh interpreter where `instella_recipes` cannot be imported builds every task and renders a prompt."""
+def test_every_task_loads_with_lm_eval_alone_and_scores_with_the_clones_grader():
+    """A fresh interpreter where the project is not importable (as in a separate vLLM venv) builds every task and
+    renders a prompt; scoring then imports the grader from this clone's src/ (utils.py's fallback)."""
     names = [f"instella_math_{n}_offline" for n in NAMES]
     probe = f"""
-import importlib.abc, sys
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "instella_recipes":
-            raise ImportError("blocked: " + name)
-sys.meta_path.insert(0, Block())
+import sys
+sys.meta_path = [f for f in sys.meta_path if "editable" not in getattr(f, "__module__", "")]
+sys.path = [p for p in sys.path if not p.rstrip("/").endswith("src") and p not in ("", ".")]
+try:
+    import instella_recipes
+    raise SystemExit("the project is still importable: the probe tests nothing")
+except ModuleNotFoundError:
+    pass
 from lm_eval.tasks import TaskManager
 tasks = TaskManager(include_path={str(TASKS)!r}, include_defaults=False).load_task_or_group({names!r})
 for name in {names!r}:
     task = tasks[name]
     doc = next(iter(task.test_docs()))
-    assert task.doc_to_text(doc).endswith("within \\\\boxed{{}}."), task.doc_to_text(doc)
+    assert task.doc_to_text(doc).endswith(r"within \\boxed{{}}."), task.doc_to_text(doc)
+assert "instella_recipes" not in sys.modules
 print("loaded", len(tasks))
+sys.path.insert(0, {str(TASKS)!r})
+import utils
+doc = {{"reward_model": {{"ground_truth": ["9.6"]}}}}
+print(utils.process_results(doc, [[r"so \\boxed{{9.6}}", r"\\boxed{{9}}"]]))
 """
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd="/", timeout=300)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd="/", env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "loaded 8" in done.stdout
+    assert "loaded 8" in done.stdout and "{'pass@1': 0.5, 'pass@2': 1.0}" in done.stdout
