@@ -28,8 +28,15 @@ RECORDS = {"manifest.json", "run.json", "trainer_state.json", "training_args.bin
 STEPS = 2
 
 
-def _stage_of(recipe: Path, script: str | None = None) -> tuple[str, bool]:
+# GRPO samples its rollouts: a 2-process run draws other completions than the 1-process reference, so its weights
+# cannot be compared; its launches (grpo_stage*.yaml, the math pipeline) are left out of this matrix.
+NOT_COMPARED = {"grpo"}
+
+
+def _stage_of(recipe: Path, script: str | None = None) -> tuple[str, bool] | None:
     name = Path(script).stem if script else recipe.stem.split("-")[0].split("_")[0]
+    if name in NOT_COMPARED:
+        return None
     stage = {"finetune": "sft", "pretrain": "pretrain", "sft": "sft", "dpo": "dpo"}[name]
     return stage, "lora" in recipe.stem
 
@@ -41,14 +48,14 @@ def matrix() -> list[tuple[str, str, bool]]:
         text = recipe.read_text()
         if recipe.name == "pipeline.yaml":
             for stage in yaml.safe_load(text).get("stages", []):
-                if stage.get("accelerate_config"):
-                    cells.add(
-                        (Path(stage["accelerate_config"]).stem, *_stage_of(ROOT / stage["recipe"], stage["command"]))
-                    )
+                kind = _stage_of(ROOT / stage["recipe"], stage["command"]) if stage.get("accelerate_config") else None
+                if kind:
+                    cells.add((Path(stage["accelerate_config"]).stem, *kind))
             continue
         for config in CONFIGS:
-            if config.name in text:
-                cells.add((config.stem, *_stage_of(recipe)))
+            kind = _stage_of(recipe) if config.name in text else None
+            if kind:
+                cells.add((config.stem, *kind))
     for config in CONFIGS:
         if not any(cell[0] == config.stem for cell in cells):
             cells.add((config.stem, UNNAMED_STAGE, False))

@@ -26,11 +26,12 @@ SMALL = {
     "sft_fact_repeat": 8,
     "dpo_epochs": 1,
     "eval_limit": 24,
+    "grpo_steps": 3,
 }
 # The training chain and the two evaluations the assertion needs; the demo itself (`make demo`) runs the rest of the
 # graph (draft, speculative decoding, release, report), each also tested on its own (test_release, test_pipeline_*).
-STAGES = ["data", "tokenizer", "prepare", "stage1", "stage2", "merge", "sft", "dpo", "eval_stage1", "eval_sft"]
-MODELS = ["stage1", "stage2_5796", "stage2_6198", "stage2_8915", "merge", "sft", "dpo"]
+STAGES = ["data", "tokenizer", "prepare", "stage1", "stage2", "merge", "sft", "dpo", "eval_stage1", "eval_sft", "grpo"]
+MODELS = ["stage1", "stage2_5796", "stage2_6198", "stage2_8915", "merge", "sft", "dpo", "grpo"]
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -70,6 +71,9 @@ def test_whole_pipeline_small(tmp_path, capsys):
 
     assert _score(run, "sft") > _score(run, "stage1") + 0.1  # SFT teaches the capitals this task asks about
     assert {r["task"] for r in read_eval_results([run / "eval_sft"])} >= {"tiny_world_mc", "tiny_world_arithmetic"}
+    # the math branch: GRPO from the SFT model with the verified answer as the reward, pass rates logged per step
+    grpo = [h for h in json.loads((run / "grpo" / "trainer_state.json").read_text())["log_history"] if "reward" in h]
+    assert [h["step"] for h in grpo] == [1, 2, 3] and all("pass@1" in h and "pass@4" in h for h in grpo)
     assert not (run / "report").exists()  # only the selected stages ran
 
     capsys.readouterr()

@@ -22,6 +22,7 @@ RECIPE_SUFFIXES = (".yaml", ".yml")
 TINY_TWIN = {
     ("sft",): "recipes/tiny/sft.yaml",
     ("dpo",): "recipes/tiny/dpo.yaml",
+    ("grpo",): "recipes/tiny/grpo.yaml",
     ("pretrain", "code_finetune", "zaya", "olmoe"): "recipes/tiny/pretrain_stage1.yaml",
 }
 ONE_GPU = "docs/finetune_one_gpu.md"

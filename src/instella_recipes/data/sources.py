@@ -183,7 +183,10 @@ def name_undecodable_line(specs: list[SourceSpec]):
 
 def _tiny_world_rows(spec: SourceSpec) -> list[dict]:
     world = TinyWorld(**spec.tiny_world)
-    makers = {"train": world.corpus, "corpus": world.corpus, "sft": world.sft, "preferences": world.preferences}
+    makers = {
+        "train": world.corpus, "corpus": world.corpus, "sft": world.sft, "preferences": world.preferences,
+        "problems": lambda: world.problems("train"),  # {question, solution, answer}: GRPO prompts + verified answers
+    }  # fmt: skip
     if spec.split not in makers:
         raise RecipeError(f"source '{spec.name}': tiny_world has splits {sorted(makers)}, not '{spec.split}'")
     return makers[spec.split]()

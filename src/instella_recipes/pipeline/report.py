@@ -268,6 +268,40 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores{gpu}"
 
 
+def grpo_section(records: list[dict], plots: Path, link: Path) -> list[str]:
+    """Stages that logged a GRPO `reward` per step: reward, pass@1 and pass@n (0/1 rewards) per step, and a chart."""
+    lines = []
+    for r in records:
+        history = loss_history(r["output"], "reward")
+        if not history:
+            continue
+        state = trainer_state(r["output"]) or {}
+        entries = [e for e in state.get("log_history", []) if "reward" in e]
+        pass_n = next((k for k in (entries[0] if entries else {}) if k.startswith("pass@") and k != "pass@1"), None)
+        lines += [
+            f"## GRPO: {r['stage']}",
+            "",
+            f"| step | reward | pass@1 | {pass_n or 'pass@n'} |",
+            "|---|---|---|---|",
+        ]
+        for e in entries:
+            cells = [f"{e[k]:.3f}" if k in e else "-" for k in ("reward", "pass@1", pass_n)]
+            lines.append(f"| {e['step']} | " + " | ".join(cells) + " |")
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for key in ("reward", "pass@1", pass_n):
+            curve = loss_history(r["output"], key) if key else []
+            if curve and (key == "reward" or curve != history):
+                ax.plot(*zip(*curve), label=key, linewidth=1.6, marker=".")
+        _style(ax, f"{r['stage']}: reward on its training prompts", "optimizer step", "mean over the samples")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(fontsize=9)
+        fig.tight_layout()
+        fig.savefig(plots / f"grpo_{r['stage']}.png", dpi=110)
+        plt.close(fig)
+        lines += ["", f"![{r['stage']} reward]({link}/grpo_{r['stage']}.png)", ""]
+    return lines
+
+
 def write_report(run_dir: Path, plots: Path, report: Path, title: str, expect: str | Path | None = None) -> Path:
     """The report; with `expect` (an expectations file, instella_recipes/pipeline/health.py) it starts with the
     check of this run against the ranges a healthy run shows."""
@@ -289,6 +323,7 @@ def write_report(run_dir: Path, plots: Path, report: Path, title: str, expect: s
     lines += overrides_section(records)
     lines += wall_time_section(records, plots, link)
     lines += loss_section(records, plots, link)
+    lines += grpo_section(records, plots, link)
     lines += eval_section(records, plots, link)
     lines += speculative_section(records)
     atomic_write_text(report, "\n".join(lines))

@@ -32,7 +32,9 @@ LIBRARY_ROLES = dict.fromkeys(
         "adam_beta2", "adam_epsilon", "max_grad_norm", "num_train_epochs", "max_steps", "seed", "data_seed", "optim",
         "bf16", "max_length", "packing", "beta", "loss_type", "model_name_or_path", "use_peft", "lora_r",
         "lora_alpha", "lora_dropout", "lora_target_modules", "num_generations", "temperature",
-        "max_completion_length", "epsilon", "epsilon_high",
+        "max_completion_length", "epsilon", "epsilon_high", "delta", "scale_rewards", "top_p", "top_k",
+        "num_iterations", "generation_batch_size", "use_bias_correction_kl", "mask_truncated_completions",
+        "vllm_importance_sampling_correction",
     ),
     RUN,
 )  # fmt: skip

@@ -17,7 +17,8 @@ LINE_ONLY = re.compile(r"`(?P<path>[^`\s:()]+):\d+(?:-\d+)?`(?! \(`)")
 TEST_NAME = re.compile(r"(?P<file>test_\w+\.py)?::(?P<name>test_\w+)")
 # (owner+name, commit) of the authors' repositories, by the first folder of a cited path
 AUTHORS = {"open_instruct": ("allenai+open-instruct", "4365dea3d"), "pretrain": ("AMD-AIG-AIMA+AMD-LLM", "1f4de24"),
-           "cluster": ("AMD-AIG-AIMA+AMD-LLM", "1f4de24"), "lit_gpt": ("AMD-AIG-AIMA+AMD-LLM", "1f4de24")}  # fmt: skip
+           "cluster": ("AMD-AIG-AIMA+AMD-LLM", "1f4de24"), "lit_gpt": ("AMD-AIG-AIMA+AMD-LLM", "1f4de24"),
+           "verl": ("AMD-AIG-AIMA+Instella-Math", "65534d3")}  # fmt: skip
 INSTELLA = ("AMD-AIG-AIMA+Instella", "f00a236")
 
 

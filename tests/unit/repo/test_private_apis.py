@@ -161,6 +161,42 @@ def test_dpo_trainer_prepare_dataset_hook():
     )
 
 
+def test_grpo_trainer_reward_advantage_and_loss_hooks():
+    from trl import GRPOTrainer
+
+    users = "post_training/grpo.py InstellaGRPOTrainer (VERL's advantage epsilon and KL clamp)"
+    _check(
+        _params(GRPOTrainer._calculate_rewards) == ["self", "inputs", "prompts", "completions", "completion_ids_list"]
+        and "return rewards_per_func" in inspect.getsource(GRPOTrainer._calculate_rewards),
+        "trl",
+        "GRPOTrainer._calculate_rewards(inputs, prompts, completions, completion_ids_list) -> rewards_per_func",
+        users,
+    )
+    generate = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    _check(
+        _params(GRPOTrainer._generate_and_score_completions) == ["self", "inputs"]
+        and _calls(GRPOTrainer._generate_and_score_completions, "self._calculate_rewards")
+        and '"advantages": advantages' in generate
+        and "advantages[process_slice]" in generate,
+        "trl",
+        "_generate_and_score_completions(inputs) computes rewards with _calculate_rewards and returns this process's "
+        "slice of the advantages under 'advantages'",
+        users,
+    )
+    loss = inspect.getsource(GRPOTrainer._compute_loss)
+    _check(
+        _params(GRPOTrainer._compute_loss) == ["self", "model", "inputs"]
+        and _calls(GRPOTrainer._compute_loss, "self._get_per_token_logps_and_entropies")
+        and "if self.beta != 0.0:" in loss
+        and "loss = (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0)" in loss
+        and "self.current_gradient_accumulation_steps" in loss,
+        "trl",
+        "_compute_loss(model, inputs): one policy forward through _get_per_token_logps_and_entropies, its KL term "
+        "only when self.beta != 0, bnpo = token mean over the micro-batch divided by gradient accumulation",
+        users,
+    )
+
+
 # --- transformers generation and models ----------------------------------------------------------------------------
 def test_assisted_generation_builds_its_generator_in_get_candidate_generator():
     from transformers.generation import AssistedCandidateGenerator, GenerationMixin
