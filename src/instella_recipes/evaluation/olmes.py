@@ -148,11 +148,12 @@ def gpqa_doc(row: dict, index: int, shuffling_seed: int = 111) -> dict:
 
 
 def minerva_math_doc(row: dict) -> dict:
-    """`cot_style: plain`: the problem as is; the gold answer is the last \\boxed{} of the solution, normalized."""
-    from lm_eval.tasks.minerva_math.utils import last_boxed_only_string, normalize_final_answer, remove_boxed
+    """`cot_style: plain`: the problem, stripped (OLMES strips it); the gold answer is the last \\boxed{} of the
+    solution, normalized as lm-eval 0.4.3 does (`normalize_final_answer_043`)."""
+    from lm_eval.tasks.minerva_math.utils import last_boxed_only_string, remove_boxed
 
     boxed = last_boxed_only_string(row["solution"])
-    return {"query": row["problem"], "gold": normalize_final_answer(remove_boxed(boxed)) if boxed else ""}
+    return {"query": row["problem"].strip(), "gold": normalize_final_answer_043(remove_boxed(boxed)) if boxed else ""}
 
 
 def bbh_doc(row: dict, short_prefix: bool) -> dict:
@@ -164,9 +165,10 @@ def bbh_doc(row: dict, short_prefix: bool) -> dict:
 
 
 def bbh_shot_target(cot: str) -> str:
-    """A few-shot answer: the original BBH CoT prompt's answer ("Let's think step by step.\\n<reasoning> So the
-    answer is X.") with the lead-in (already in the question) removed, after OLMES's " " delimiter."""
-    return " " + re.sub(r"^Let's think step by step\.", "", "Let's think step by step.\n" + cot)
+    """A few-shot answer: the original BBH CoT exemplar's reasoning ("<reasoning> So the answer is X.", the lead-in
+    "Let's think step by step." already in the question) after OLMES's " " delimiter, on the same line (OLMES
+    renders "Let's think step by step. Remember that...", not a line break after the lead-in)."""
+    return " " + re.sub(r"^Let's think step by step\.", "", cot.strip()).lstrip()
 
 
 def process_docs(dataset, doc_fn, with_index: bool = False):
@@ -313,14 +315,24 @@ _BBH_DELIMITERS = [("$", "$"), ("\\(", "\\)"), ("(", ")"), ("**", "**"), ("***",
                    ("'", "'"), ("`", "`"), ('"', '"')]  # fmt: skip
 
 
-def bbh_answer(continuation: str, subtask: str) -> str:
+# OLMES's last-resort pattern for a bare letter of a multiple-choice subtask, as its source writes it: "\b([A-Z])\b"
+# in a non-raw string, i.e. two backspace characters (\x08) around the group, which no generation contains, so it
+# never matches ("So the answer is B." scores 0 there). The published numbers were made with it: the OLMES tasks keep
+# it (`exact_match`); `exact_match_corrected` scores the same generation with the word-boundary pattern it meant.
+BBH_LETTER_OLMES = "\b([A-Z])\b"  # noqa: ISC001 - deliberately not raw: \b is a backspace here, as in OLMES
+BBH_LETTER_CORRECTED = r"\b([A-Z])\b"
+
+
+def bbh_answer(continuation: str, subtask: str, corrected: bool = False) -> str:
     """BBH `answer_extract_fn: answer_regex` (the cot-v1 variants): the last match of the first of several
     increasingly loose patterns around the subtask's answer form, surrounding quotes/brackets removed; a bare
-    letter of a multiple-choice subtask becomes "(X)"."""
+    letter of a multiple-choice subtask becomes "(X)". `corrected`: the bare-letter fallback matches a letter between
+    word boundaries (OLMES's own pattern never matches, see BBH_LETTER_OLMES)."""
     answer = BBH_ANSWER_REGEX.get(subtask)
     is_mc = answer is None
     answer = "\\([A-Z]\\)" if is_mc else answer
-    templates = _BBH_TEMPLATES + (["\\b([A-Z])\\b"] if is_mc else []) + ["(?i)($ANS$)"]
+    letter = BBH_LETTER_CORRECTED if corrected else BBH_LETTER_OLMES
+    templates = _BBH_TEMPLATES + ([letter] if is_mc else []) + ["(?i)($ANS$)"]
     extracted = ""
     for template in templates:
         found = re.findall(template.replace("$ANS$", answer), continuation)
@@ -359,36 +371,102 @@ def gpqa_answer(continuation: str, answer_format_regex: str = GPQA_LLAMA31_FORMA
     return re.sub("\\(|\\)", "", answer)
 
 
+def normalize_final_answer_043(final_answer: str) -> str:
+    """lm-eval 0.4.3's `normalize_final_answer` (Lewkowycz et al. 2022, appendix D), the version OLMES pins:
+    plain substring removal of the unit words (0.4.13 removes them at word boundaries only, so "\\left" keeps its
+    "ft" there and e.g. "5ft" normalizes differently). The substitution lists are lm-eval's own (unchanged since)."""
+    from lm_eval.tasks.minerva_math.utils import REMOVED_EXPRESSIONS, SUBSTITUTIONS
+
+    final_answer = final_answer.split("=")[-1]
+    for before, after in SUBSTITUTIONS:
+        final_answer = final_answer.replace(before, after)
+    for expr in REMOVED_EXPRESSIONS:
+        final_answer = final_answer.replace(expr, "")
+    final_answer = re.sub(r"(.*?)(\$)(.*?)(\$)(.*)", "$\\3$", final_answer)
+    final_answer = re.sub(r"(\\text\{)(.*?)(\})", "\\2", final_answer)
+    final_answer = re.sub(r"(\\textbf\{)(.*?)(\})", "\\2", final_answer)
+    final_answer = re.sub(r"(\\overline\{)(.*?)(\})", "\\2", final_answer)
+    final_answer = re.sub(r"(\\boxed\{)(.*)(\})", "\\2", final_answer)
+    final_answer = re.sub(r"(frac)([^{])(.)", "frac{\\2}{\\3}", final_answer)
+    final_answer = re.sub(r"(sqrt)([^{])", "sqrt{\\2}", final_answer)
+    final_answer = final_answer.replace("$", "")
+    if final_answer.replace(",", "").isdigit():
+        final_answer = final_answer.replace(",", "")
+    return final_answer
+
+
 def math_answers(continuation: str) -> list[str]:
-    """Every candidate answer OLMES reads from a MATH generation, normalized: the Minerva "Final Answer: The final
-    answer is X. I hope it is correct." and the last \\boxed{}; failing both, the text between the last two "$";
-    failing that, the whole generation."""
-    from lm_eval.tasks.minerva_math.utils import (
-        get_unnormalized_answer,
-        last_boxed_only_string,
-        normalize_final_answer,
-        remove_boxed,
-    )
+    """Every candidate answer OLMES reads from a MATH generation, normalized (lm-eval 0.4.3): the Minerva "Final
+    Answer: The final answer is X. I hope it is correct." and the last \\boxed{}; failing both, the text between the
+    last two "$"; failing that, the whole generation."""
+    from lm_eval.tasks.minerva_math.utils import get_unnormalized_answer, last_boxed_only_string, remove_boxed
 
     answers = []
-    minerva = normalize_final_answer(get_unnormalized_answer(continuation))
+    minerva = normalize_final_answer_043(get_unnormalized_answer(continuation))
     if minerva and minerva != "[invalidanswer]":
         answers.append(minerva)
     boxed = last_boxed_only_string(continuation)
     if boxed is not None:
         try:
-            answers.append(normalize_final_answer(remove_boxed(boxed)))
+            answers.append(normalize_final_answer_043(remove_boxed(boxed)))
         except AssertionError:
             pass
     if not answers:
         dollars = [m.start() for m in re.finditer("\\$", continuation)]
         if len(dollars) > 1:
-            answers.append(normalize_final_answer(continuation[dollars[-2] + 1 : dollars[-1]]))
-    return answers or [normalize_final_answer(continuation)]
+            answers.append(normalize_final_answer_043(continuation[dollars[-2] + 1 : dollars[-1]]))
+    return answers or [normalize_final_answer_043(continuation)]
+
+
+# The sympy check's budget. lm-eval (0.4.3 and now) gives it 5 s of wall clock (SIGALRM), so a correct answer scores
+# 0 whenever the machine is busy; we give it 5 s of this process's CPU time (SIGPROF), which load does not shorten.
+# On an idle machine the two agree; a comparison that exhausts the budget counts as "not equivalent", as in OLMES,
+# and is logged with both strings. Off the main thread (signals cannot be set there) the check runs unbudgeted.
+SYMPY_CPU_SECONDS = 5.0
+
+
+class SympyBudgetExceeded(Exception):
+    pass
+
+
+def _raise_budget(signum, frame):
+    raise SympyBudgetExceeded
+
+
+def sympy_equiv(x1: str, x2: str, cpu_seconds: float = SYMPY_CPU_SECONDS) -> bool:
+    """lm-eval 0.4.3's `is_equiv` (parse both LaTeX strings with sympy, equivalent when their difference simplifies
+    to 0; any parse or sympy failure: not equivalent), under a CPU-time budget instead of a wall-clock alarm."""
+    import signal
+    import threading
+
+    import sympy
+    from sympy.parsing.latex import parse_latex
+
+    budgeted = threading.current_thread() is threading.main_thread()
+    if budgeted:
+        previous = signal.signal(signal.SIGPROF, _raise_budget)
+        signal.setitimer(signal.ITIMER_PROF, cpu_seconds)
+    try:
+        return bool(sympy.simplify(parse_latex(x1) - parse_latex(x2)) == 0)
+    except SympyBudgetExceeded:
+        import logging
+
+        logging.getLogger(__name__).warning(
+            f"Minerva MATH: sympy spent its {cpu_seconds:g} s CPU budget comparing {x1!r} with {x2!r}: "
+            "counted not equivalent (as OLMES counts its timeouts)"
+        )
+        return False
+    except Exception:  # noqa: BLE001 - lm-eval 0.4.3 counts every parse/simplify failure as "not equivalent"
+        return False
+    finally:
+        if budgeted:
+            signal.setitimer(signal.ITIMER_PROF, 0)
+            signal.signal(signal.SIGPROF, previous)
 
 
 def math_exact_match_flex(continuation: str, gold: str) -> int:
-    """1 if any candidate answer is equivalent to the gold answer (sympy-checked LaTeX, lm-eval's `is_equiv`)."""
-    from lm_eval.tasks.minerva_math.utils import is_equiv
+    """1 if any candidate answer equals the gold answer by lm-eval 0.4.3's sympy check or by the Hendrycks MATH
+    string check (`strip_string` on both), as OLMES's `exact_match_flex` scores."""
+    from lm_eval.tasks.hendrycks_math.utils import is_equiv as hendrycks_equiv
 
-    return int(any(is_equiv(answer, gold) for answer in math_answers(continuation)))
+    return int(any(sympy_equiv(a, gold) or hendrycks_equiv(a, gold) for a in math_answers(continuation)))

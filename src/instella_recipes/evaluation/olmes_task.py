@@ -193,7 +193,11 @@ class OlmesTask(ConfigurableTask):
             }
         if scorer == "bbh":
             subtask = self.olmes["subtask"]
-            return {"exact_match": olmes.bbh_exact_match(olmes.bbh_answer(continuation, subtask), gold, subtask)}
+            corrected = olmes.bbh_answer(continuation, subtask, corrected=True)
+            return {
+                "exact_match": olmes.bbh_exact_match(olmes.bbh_answer(continuation, subtask), gold, subtask),
+                "exact_match_corrected": olmes.bbh_exact_match(corrected, gold, subtask),
+            }
         if scorer == "gpqa":
             answer = olmes.gpqa_answer(continuation, self.olmes["answer_format_regex"])
             return {"exact_match": olmes.exact_match(answer, gold, ignore_case=True, ignore_punctuation=True)}
