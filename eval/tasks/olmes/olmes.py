@@ -1,9 +1,11 @@
 """How AI2's OLMES harness renders, samples and scores the benchmarks of the Instella tables, as plain functions.
 
 The authors scored every published Instella number with OLMES (commit 38af8b6; AMD-AIG-AIMA/Instella
-`scripts/evals/`). `olmes_task.OlmesTask` runs these functions inside lm-evaluation-harness; the task YAMLs under
-`eval/tasks/olmes/` (written by `scripts/make_eval_tasks.py` from `olmes_settings.py`) choose which function each task
-uses. Where each fact comes from (an OLMES fork file, OLMES-rendered requests, or a port) is in docs/evaluation.md.
+`scripts/evals/`). `olmes_task.OlmesTask` runs these functions inside lm-evaluation-harness; the task YAMLs beside
+this file (written by `scripts/make_eval_tasks.py` from `instella_recipes/evaluation/olmes_settings.py`) choose which
+function each task uses. This file imports only the standard library and lm-eval (lm-eval loads it next to the YAMLs
+with our package not installed); the library reads it as `instella_recipes.evaluation.olmes`. Where each fact
+comes from (an OLMES fork file, OLMES-rendered requests, or OLMES's own task code) is in docs/evaluation.md.
 
 Doc processors turn a dataset row into `{"query", "choices", "gold", ...}`: `query` is OLMES's `doc_to_text`, each
 choice is scored as the continuation `" " + choice` (OLMES `MultipleChoiceTask.doc_to_target`).

@@ -1,6 +1,7 @@
 """`OlmesTask`: an lm-eval task that asks, renders and scores a benchmark the way OLMES does.
 
-A task YAML selects it with `class: !function instella_recipes.evaluation.olmes_task.OlmesTask` and carries the
+A task YAML selects it with `class: !function olmes_task.OlmesTask` (this file, next to the YAMLs: lm-eval alone
+loads it, our package need not be installed) and carries the
 OLMES setting under `metadata.olmes` (written by `scripts/make_eval_tasks.py` from `olmes_settings.py`):
 
     kind: mc | mc2 | generate      # scored choices, TruthfulQA's MC1/MC2, or a generation
@@ -18,14 +19,33 @@ OLMES puts the task description in the first user message (lm-eval makes it a sy
 model, batching, aggregation, group averages) is lm-eval's.
 """
 
+import importlib.util
+import sys
 from copy import deepcopy
 from functools import cache
+from pathlib import Path
 
 from lm_eval.api.instance import Instance
 from lm_eval.api.registry import get_aggregation
 from lm_eval.api.task import ConfigurableTask
 
-from instella_recipes.evaluation import olmes
+
+def load_sibling(name: str, folder: Path | None = None):
+    """The task module `<folder>/<name>.py` (default: this file's folder), loaded once per process under the name
+    lm-eval's YAML loader gives it (its path without ".py"): the YAMLs, this file and the library share one module."""
+    path = ((folder or Path(__file__).resolve().parent) / f"{name}.py").resolve()
+    key = str(path.with_suffix(""))
+    module = sys.modules.get(key)
+    if module is None or getattr(module, "__mtime__", None) != path.stat().st_mtime_ns:
+        spec = importlib.util.spec_from_file_location(key, path)
+        module = importlib.util.module_from_spec(spec)
+        module.__mtime__ = path.stat().st_mtime_ns  # lm-eval's loader reuses a module whose __mtime__ matches
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+olmes = load_sibling("olmes")  # the rendering and scoring functions (olmes.py beside this file)
 
 
 @cache

@@ -19,7 +19,6 @@ from lm_eval.tasks import TaskManager
 from instella_recipes.evaluation.olmes import bbh_shot_target
 
 UPSTREAM = Path(lm_eval.__file__).resolve().parent / "tasks"
-MODULE = "instella_recipes.evaluation"
 MEAN = {"aggregation": "mean", "higher_is_better": True}
 
 
@@ -182,7 +181,7 @@ def bbh(subtask: str, regime: str) -> Setting:
         for s in prompts["samples"]
     ]
     return Setting(
-        alias=f"bbh_{subtask}:cot-v1::{regime}", dataset="lukaemon/bbh", subset=subtask, split="test",
+        alias=f"bbh_{subtask}:cot-v1::{regime}", dataset="SaylorTwift/bbh", subset=subtask, split="test",
         docs="bbh_short_docs" if short else "bbh_docs", kind="generate", metric="exact_match",
         metrics=("exact_match_corrected",),  # OLMES's extraction with its bare-letter pattern fixed (olmes.py)
         n_docs=BBH_SIZES.get(subtask, 250), num_fewshot=3, fewshot={"samples": shots, "sampler": "first_n"},
@@ -319,11 +318,11 @@ def task_config(s: Setting) -> dict:
         return _ifeval_config(s)
     cfg = {
         "task": s.name,
-        "class": FunctionRef(f"{MODULE}.olmes_task.OlmesTask"),
+        "class": FunctionRef("olmes_task.OlmesTask"),  # eval/tasks/olmes/olmes_task.py (offline/: its shim)
         "dataset_path": s.dataset,
         "dataset_name": s.subset,
         ("validation_split" if s.split == "validation" else "test_split"): s.split,
-        "process_docs": FunctionRef(f"{MODULE}.olmes.{s.docs}"),
+        "process_docs": FunctionRef(f"olmes.{s.docs}"),
         "output_type": "generate_until" if s.kind == "generate" else "multiple_choice",
         "doc_to_text": "query",
         "doc_to_target": "gold",
