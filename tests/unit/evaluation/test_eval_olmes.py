@@ -178,7 +178,7 @@ def test_bbh_base_model_prompt_and_budget():
     task = make_task(setting, [{"input": "True and not False is", "target": "True"}])
     ((context, gen),) = requests(task)
     assert context.startswith("Evaluate the result of a random Boolean expression.\n\nQuestion: not ( ( not not True )"
-                              " ) is\nAnswer: Let's think step by step. \nRemember that (i)")  # fmt: skip
+                              " ) is\nAnswer: Let's think step by step. Remember that (i)")  # fmt: skip
     assert context.endswith(
         "So the answer is True.\n\nQuestion: True and not False is\nAnswer: Let's think step by step."
     )
@@ -368,7 +368,8 @@ def test_gsm8k_extraction_takes_the_last_number():
     [
         ("boolean_expressions", "not True is False. So the answer is False.", "False"),
         ("date_understanding", "...the date is 05/01. So the answer is (B).", "(B)"),
-        ("date_understanding", "I think B is right", "(B)"),  # a bare letter becomes "(B)"
+        ("date_understanding", "I think B is right", ""),  # OLMES's bare-letter pattern never matches (see below)
+        ("date_understanding", "So the answer is B.", ""),
         ("multistep_arithmetic_two", "= -12 + 5 = -7. So the answer is -7.", "-7"),
         ("dyck_languages", "So the answer is ] ).", "] )"),
         ("word_sorting", "So the answer is apple banana cherry.", "apple banana cherry"),
@@ -377,6 +378,20 @@ def test_gsm8k_extraction_takes_the_last_number():
 )
 def test_bbh_answer_patterns(subtask, generation, answer):
     assert olmes.bbh_answer(generation, subtask) == answer
+
+
+def test_bbh_bare_letter_quirk_is_olmes_and_the_corrected_variant_reads_it():
+    """OLMES writes its last-resort pattern "\\b([A-Z])\\b" in a non-raw string: backspace characters, no match. The
+    OLMES tasks keep that (their `exact_match`); `exact_match_corrected` reads the letter."""
+    assert olmes.BBH_LETTER_OLMES == "\x08([A-Z])\x08"
+    assert olmes.bbh_answer("So the answer is B.", "date_understanding", corrected=True) == "(B)"
+    assert olmes.bbh_answer("I think B is right", "date_understanding", corrected=True) == "(B)"
+    assert olmes.bbh_answer("So the answer is (C).", "date_understanding") == "(C)"  # the usual form: both read it
+    setting = next(m for m in S.BBH_OLMES.members if m.subset == "date_understanding")
+    task = make_task(setting, [{"input": "Which date?", "target": "(B)"}])
+    scores = task.process_results(task.eval_docs[0], ["So the answer is B."])
+    assert scores == {"exact_match": 0.0, "exact_match_corrected": 1.0}
+    assert setting.dataset == "SaylorTwift/bbh"  # the copy of OLMES's lukaemon/bbh that datasets 5 can load
 
 
 def test_bbh_exact_match_ignores_case_and_punctuation_except_for_dyck():
@@ -402,6 +417,20 @@ def test_math_flex_reads_every_candidate_answer():
     assert olmes.math_answers(minerva) == ["4"]
     assert olmes.math_answers("so x is $7$ and then $9$") == ["9"]  # the text between the last two $
     assert olmes.math_exact_match_flex("it is 5", "6") == 0
+    # the Hendrycks string check counts too: sympy cannot parse an interval, the strings agree after strip_string
+    assert olmes.math_exact_match_flex("Final Answer: The final answer is $(1, 2]$. I hope it is correct.", "(1,2]")
+
+
+def test_math_sympy_check_has_a_cpu_time_budget_not_a_wall_clock_one():
+    """lm-eval's 5 s SIGALRM scored correct answers 0 on a busy machine; the budget is CPU time (SIGPROF), which load
+    does not use up, and a comparison that exhausts it counts as not equivalent (as OLMES's timeout does)."""
+    pytest.importorskip("sympy")
+    assert olmes.SYMPY_CPU_SECONDS == 5.0
+    assert olmes.sympy_equiv("\\frac{1}{2}", "0.5") is True
+    assert olmes.sympy_equiv("x^{200}-1", "(x-1)(x^{199}+1)", cpu_seconds=0.001) is False  # budget spent
+    import signal
+
+    assert signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)  # the timer is off again
 
 
 # --- macro vs micro -------------------------------------------------------------------------------------------------
@@ -426,6 +455,8 @@ class KnowsFirstTask(LM):
 @pytest.mark.parametrize(("average", "expected"), [("macro", 0.5), ("micro", 0.75)])
 def test_a_suite_averages_its_members_as_olmes_does(tmp_path, average, expected):
     """Member A (3 docs, all right) and member B (1 doc, wrong): macro = (1 + 0) / 2, micro = 3 / 4."""
+    for name in ("olmes.py", "olmes_task.py"):  # the task code next to the YAMLs, as in eval/tasks/olmes/
+        (tmp_path / name).symlink_to(make_tasks.OLMES_DIR / name)
     members = []
     for name, questions in (("a", ["A: 1", "A: 2", "A: 3"]), ("b", ["B: 1"])):
         data = tmp_path / f"{name}.jsonl"

@@ -363,7 +363,7 @@ def test_dataset_indices_mapping_attribute():
 def test_configurable_task_metric_tables():
     from lm_eval.api.task import ConfigurableTask
 
-    users = "evaluation/olmes_task.py OlmesTask.__init__ / process_results"
+    users = "eval/tasks/olmes/olmes_task.py OlmesTask.__init__ / process_results"
     init = inspect.getsource(ConfigurableTask.__init__)
     for name in ("_metric_fn_list", "_metric_fn_kwargs", "_aggregation_list", "_higher_is_better"):
         _check(f"self.{name} = {{}}" in init, "lm_eval", f"ConfigurableTask keeps self.{name}", users)
