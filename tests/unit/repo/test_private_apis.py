@@ -106,6 +106,26 @@ def test_trainer_sampler_columns_scheduler_and_loss_flags():
     )
 
 
+def test_sequence_parallel_loss_count_and_dataloader_list():
+    from accelerate import Accelerator
+    from transformers import Trainer
+
+    users = "SequenceParallelMixin (trainer/sequence_parallel.py)"
+    _check(
+        _params(Trainer._get_num_items_in_batch) == ["self", "batch_samples", "device"]
+        and _calls(Trainer.get_batch_samples, "self._get_num_items_in_batch"),
+        "transformers",
+        "Trainer._get_num_items_in_batch(batch_samples, device) counts the loss normaliser of a step",
+        users,
+    )
+    _check(
+        "self._dataloaders.append(prepared_data_loader)" in inspect.getsource(Accelerator.prepare_data_loader),
+        "accelerate",
+        "Accelerator._dataloaders (the prepared dataloaders it checkpoints)",
+        users,
+    )
+
+
 # --- TRL ------------------------------------------------------------------------------------------------------------
 def test_dpo_trainer_prepare_dataset_hook():
     from trl import DPOTrainer
