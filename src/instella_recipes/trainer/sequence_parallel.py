@@ -44,6 +44,7 @@ ATTENTION_PREFIX = "ulysses_"
 # transformers' attention functions the Ulysses wrapper can run (eager is model-specific and not in the registry).
 INNER_ATTENTION = ("sdpa", "flash_attention_2", "flash_attention_3")
 _ACTIVE: "SequenceParallel | None" = None
+DROPPED_KEYS = ("attention_mask", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 
 
 def check_sequence_parallel(size: int, seq_len: int | None, world_size: int, config=None, micro_batch: int = 1):
@@ -111,13 +112,16 @@ class SequenceParallel:
         if mask is not None and not bool(mask.all()):
             raise ValueError("sequence parallelism takes padding-free rows (documents told apart by position_ids)")
         positions = inputs.get("position_ids")
+        if positions is None and inputs.get("cu_seq_lens_q") is not None:  # documents given as varlen boundaries
+            positions = _segment_positions(inputs["cu_seq_lens_q"].diff().to(ids.device))
         if positions is None:
             positions = torch.arange(seq_len, device=ids.device)[None]
         self._plan(positions)
         lo, hi = self.chunk_bounds(seq_len)
-        out = {k: v for k, v in inputs.items() if k != "attention_mask"}
-        for key, value in inputs.items():
-            if torch.is_tensor(value) and value.dim() == 2 and value.shape[-1] == seq_len and key != "attention_mask":
+        # the row's mask and varlen boundaries do not describe a chunk: attention takes its own from `_plan`
+        out = {k: v for k, v in inputs.items() if k not in DROPPED_KEYS}
+        for key, value in out.items():
+            if torch.is_tensor(value) and value.dim() == 2 and value.shape[-1] == seq_len:
                 out[key] = value[:, lo:hi]
         out["position_ids"] = positions[:, lo:hi]
         if self.mode == "exact" and "labels" in inputs and "shift_labels" not in inputs:

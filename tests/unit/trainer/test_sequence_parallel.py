@@ -68,3 +68,12 @@ def test_rows_the_split_cannot_take_are_refused():
         sp.shard({"input_ids": torch.zeros(1, 8, dtype=torch.long), "attention_mask": torch.tensor([[1] * 7 + [0]])})
     with pytest.raises(ValueError, match="sequence_parallel_mode 'ring'"):
         SequenceParallel(2, "ring")
+
+
+def test_varlen_boundaries_stand_for_position_ids_and_are_not_passed_on():
+    """A padding-free collator's flash kwargs (TRL, DataCollatorWithFlattening) describe the row, not a chunk."""
+    ids = torch.arange(10, 18)[None]
+    sp = _rank(2, 0, "exact")
+    out = sp.shard({"input_ids": ids, "labels": ids, "cu_seq_lens_q": torch.tensor([0, 3, 8]), "max_length_q": 5})
+    assert "cu_seq_lens_q" not in out and "max_length_q" not in out
+    assert out["position_ids"].tolist() == [[0, 1, 2, 0]] and sp.segment_lengths(local=False).tolist() == [3, 5]
