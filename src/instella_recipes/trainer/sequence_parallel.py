@@ -29,6 +29,8 @@ around transformers' attention functions; the collective with autograd is torch'
 CPU, flash_attention_2 varlen on GPU).
 """
 
+from dataclasses import dataclass, field
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -38,6 +40,9 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import find_packed_sequence_indices
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from instella_recipes.core.checks import check_choice, check_range
+from instella_recipes.core.errors import RecipeError
 
 SP_MODES = ("authors", "exact")
 ATTENTION_PREFIX = "ulysses_"
@@ -74,6 +79,46 @@ def check_sequence_parallel(size: int, seq_len: int | None, world_size: int, con
                 f"sequence_parallel_size {size} does not divide the model's attention heads ({heads} query, "
                 f"{kv_heads} key/value): Ulysses gives each rank heads/sp whole heads; choose a divisor"
             )
+
+
+@dataclass
+class SequenceParallelArguments:
+    """The recipe fields of a stage that can train with sequence parallelism (pretraining, SFT)."""
+
+    sequence_parallel_size: int = field(
+        default=1, metadata={"help": "Ulysses SP group size (the authors' seq_parallel_size); 1: off."}
+    )
+    sequence_parallel_mode: str = field(
+        default="authors",
+        metadata={"help": "authors: their chunk-local fallback and chunk-local targets; exact: always all-to-all."},
+    )
+    force_sequence_parallel: bool = field(
+        default=False, metadata={"help": "authors mode: all-to-all even when no document exceeds a chunk (SFT)."}
+    )
+
+    def __post_init__(self):
+        check_range("sequence_parallel_size", self.sequence_parallel_size, 1, integer=True)
+        check_choice("sequence_parallel_mode", self.sequence_parallel_mode, SP_MODES)
+
+
+def data_parallel_size(args: SequenceParallelArguments, world_size: int) -> int:
+    """The processes that read different rows: the world over the SP size (the global batch is counted over them)."""
+    return world_size // args.sequence_parallel_size
+
+
+def sequence_parallel_for(args: SequenceParallelArguments, training_args, config, seq_len: int | None):
+    """Check an SP launch (RecipeError naming the field) and make this process's group; None when SP is off.
+    Every process must call it (the groups are made collectively)."""
+    size = args.sequence_parallel_size
+    try:
+        check_sequence_parallel(
+            size, seq_len, training_args.world_size, config, training_args.per_device_train_batch_size
+        )
+    except ValueError as err:
+        raise RecipeError(str(err)) from None
+    if size == 1:
+        return None
+    return SequenceParallel.create(size, args.sequence_parallel_mode, args.force_sequence_parallel)
 
 
 class SequenceParallel:
@@ -253,9 +298,12 @@ def _prepare_data_parallel(accelerator, sp_size: int):
 class SequenceParallelMixin:
     """Trainer mixin: `sequence_parallel=SequenceParallel.create(...)` (None or size 1: off). Shards each batch in
     `compute_loss`, routes attention through `ulysses_attention`, reads one row per SP group, and counts the loss
-    normaliser once per group."""
+    normaliser once per group (`count_input_tokens`: over every input token, as the authors' long SFT)."""
 
-    def __init__(self, *args, sequence_parallel: SequenceParallel | None = None, **kwargs):
+    def __init__(
+        self, *args, sequence_parallel: SequenceParallel | None = None, count_input_tokens: bool = False, **kwargs
+    ):
+        self.count_input_tokens = count_input_tokens
         super().__init__(*args, **kwargs)
         self.sequence_parallel = sequence_parallel if sequence_parallel and sequence_parallel.size > 1 else None
         self.inner_attention = None
@@ -278,8 +326,15 @@ class SequenceParallelMixin:
 
     # private: the Trainer's one count of the loss normaliser over all processes [test_private_apis]
     def _get_num_items_in_batch(self, batch_samples, device):
-        """The Trainer sums the count over every process; an SP group's ranks counted the same row."""
-        count = super()._get_num_items_in_batch(batch_samples, device)
+        """The Trainer sums the count over every process; an SP group's ranks counted the same row. With
+        `count_input_tokens` the count is every input token, masked ones too (the authors' Instella-Long SFT:
+        `batch['input_ids'].numel() / seq_parallel_size`, no `normalize_by_label_mask` on that branch)."""
+        if self.count_input_tokens and batch_samples and "input_ids" in batch_samples[0]:
+            count = torch.tensor(sum(b["input_ids"].numel() for b in batch_samples), device=device)
+            if self.args.average_tokens_across_devices and self.args.world_size > 1:
+                count = self.accelerator.gather(count).sum()
+        else:
+            count = super()._get_num_items_in_batch(batch_samples, device)
         if self.sequence_parallel is None or count is None:
             return count
         return count / self.sequence_parallel.size
