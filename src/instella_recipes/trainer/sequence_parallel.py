@@ -83,22 +83,31 @@ def check_sequence_parallel(size: int, seq_len: int | None, world_size: int, con
 
 @dataclass
 class SequenceParallelArguments:
-    """The recipe fields of a stage that can train with sequence parallelism (pretraining, SFT)."""
+    """The recipe fields of a stage that can train with sequence parallelism (pretraining, SFT); a mixin of its
+    settings class. Each defines the run (`role: run`): the authors' mode changes what is trained on."""
 
     sequence_parallel_size: int = field(
-        default=1, metadata={"help": "Ulysses SP group size (the authors' seq_parallel_size); 1: off."}
+        default=1,
+        metadata={"role": "run", "help": "Ulysses SP group size (the authors' seq_parallel_size); 1: off."},
     )
     sequence_parallel_mode: str = field(
         default="authors",
-        metadata={"help": "authors: their chunk-local fallback and chunk-local targets; exact: always all-to-all."},
+        metadata={
+            "role": "run",
+            "help": "authors: their chunk-local fallback and chunk-local targets; exact: always all-to-all.",
+        },
     )
     force_sequence_parallel: bool = field(
-        default=False, metadata={"help": "authors mode: all-to-all even when no document exceeds a chunk (SFT)."}
+        default=False,
+        metadata={"role": "run", "help": "authors mode: all-to-all even when no document exceeds a chunk (SFT)."},
     )
 
     def __post_init__(self):
         check_range("sequence_parallel_size", self.sequence_parallel_size, 1, integer=True)
         check_choice("sequence_parallel_mode", self.sequence_parallel_mode, SP_MODES)
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
 
 
 def data_parallel_size(args: SequenceParallelArguments, world_size: int) -> int:
