@@ -17,10 +17,10 @@ import torch
 import torch.distributed as dist
 from accelerate import Accelerator, PartialState
 from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
-from trl import ModelConfig, SFTConfig
+from trl import ModelConfig
 
 from instella_recipes.core import parse_recipe
-from instella_recipes.post_training.sft import SFTArguments, build_trainer
+from instella_recipes.post_training.sft import CheckedSFTConfig, build_trainer
 
 
 def _fsdp2_on_cpu() -> None:
@@ -61,13 +61,13 @@ def main(model_dir: str, data: str, out: str, policy: str) -> None:
         "--max_length", "64", "--use_cpu", "true", "--bf16", "true", "--report_to", "none", "--save_strategy", "no",
         "--seed", "0", "--dataloader_num_workers", "0", "--disable_tqdm", "true", "--dtype", "float32",
     ]  # fmt: skip
-    args, training_args, model_args = parse_recipe([SFTArguments, SFTConfig, ModelConfig], argv)
+    training_args, model_args = parse_recipe([CheckedSFTConfig, ModelConfig], argv)
     if policy == "accelerate":
-        args.fsdp_reduce_dtype = None
+        training_args.fsdp_reduce_dtype = None
     _fsdp2_on_cpu()
     seen = {"all_gather": set(), "reduce_scatter": set()}
     _record_collectives(seen)
-    trainer, _ = build_trainer(args, training_args, model_args)
+    trainer, _ = build_trainer(training_args, model_args)
     trainer.train()
     record = {
         "wrapped": type(trainer.model_wrapped).__name__,

@@ -10,10 +10,10 @@ import sys
 import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
-from trl import ModelConfig, SFTConfig
+from trl import ModelConfig
 
 from instella_recipes.core import parse_recipe
-from instella_recipes.post_training.sft import SFTArguments, build_trainer
+from instella_recipes.post_training.sft import CheckedSFTConfig, build_trainer
 
 
 class _Grads(TrainerCallback):
@@ -33,8 +33,8 @@ def main(model_dir: str, data: str, out: str, *flags: str) -> None:
         "--use_cpu", "true", "--bf16", "false", "--report_to", "none", "--save_strategy", "no", "--seed", "0",
         "--dataloader_num_workers", "0", "--disable_tqdm", "true", "--dtype", "float32", *flags,
     ]  # fmt: skip
-    args, training_args, model_args = parse_recipe([SFTArguments, SFTConfig, ModelConfig], argv)
-    trainer, _ = build_trainer(args, training_args, model_args)
+    training_args, model_args = parse_recipe([CheckedSFTConfig, ModelConfig], argv)
+    trainer, _ = build_trainer(training_args, model_args)
     record = {"rows": []}
     step = trainer.training_step
 

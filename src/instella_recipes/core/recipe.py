@@ -132,10 +132,16 @@ def _refuse(message: str):
 
 def make_parser(dataclass_types: Iterable[type], config_help: str | None = None):
     """TRL's parser (`TrlParser`: dataclass fields as flags, `--config` YAML as their defaults) with prefix matching
-    off and `--config` listed in `--help`."""
+    off and `--config` listed in `--help`. A field's `role` metadata (what the field is to a run, read by
+    `trainer/settings.py`) is not an argparse option: the parser drops it (HfArgumentParser passes every metadata key
+    to `add_argument`)."""
     from trl import TrlParser  # imported here: TRL is slow to import and tools that only raise errors skip it
 
-    parser = TrlParser(list(dataclass_types), allow_abbrev=False)
+    class RecipeParser(TrlParser):
+        def add_argument(self, *args, role=None, **kwargs):
+            return super().add_argument(*args, **kwargs)
+
+    parser = RecipeParser(list(dataclass_types), allow_abbrev=False)
     parser.error = _refuse  # one line (`error: <where>: ...`, exit 2), not argparse's usage dump
     parser.add_argument(
         "--config",

@@ -20,20 +20,16 @@ from dataclasses import dataclass, fields
 from trl import DPOConfig, DPOTrainer
 
 from instella_recipes.core import exit_on_recipe_error, parse_recipe, setup_logging
-from instella_recipes.core.checks import check_choice, check_training_arguments
+from instella_recipes.core.checks import check_choice
 from instella_recipes.trainer.optim import InstellaOptimMixin
+from instella_recipes.trainer.stage import run_stage
 
 from .preference import SCORED_COLUMNS, DataCollatorForScoredPreference
-from .run import CheckedModelConfig, PostTrainingArguments, build_trainer_for, run_post_training
+from .run import CheckedModelConfig, PostTrainingSettings, PostTrainingStage
 from .tokenization import check_truncation_mode, prepare_dpo_dataset
 
 # Our recipe names for TRL's losses (SPEC: Instella's DPO is `dpo_norm`).
 LOSS_ALIASES = {"dpo_norm": "sigmoid_norm", "dpo": "sigmoid"}
-
-
-@dataclass
-class DPOArguments(PostTrainingArguments):
-    """DPO's recipe fields beyond TRL's DPOConfig and ModelConfig: the ones it shares with SFT, nothing more."""
 
 
 def dpo_loss_types() -> list[str] | None:
@@ -46,12 +42,12 @@ def dpo_loss_types() -> list[str] | None:
 
 
 @dataclass
-class CheckedDPOConfig(DPOConfig):
-    """TRL's DPOConfig with its numeric fields range-checked and `loss_type` checked at parse time: without it
-    `beta -5` trains towards the rejected answers and an unknown loss fails only after the model and data load."""
+class CheckedDPOConfig(PostTrainingSettings, DPOConfig):
+    """DPO's settings: TRL's DPOConfig with the post-training fields, its numeric fields range-checked and `loss_type`
+    checked at parse time: without it `beta -5` trains towards the rejected answers and an unknown loss fails only
+    after the model and data load."""
 
     def __post_init__(self):
-        check_training_arguments(self)
         check_truncation_mode(self.truncation_mode)
         known = dpo_loss_types()
         for name in ([self.loss_type] if isinstance(self.loss_type, str) else self.loss_type) if known else []:
@@ -89,18 +85,30 @@ class InstellaDPOTrainer(InstellaOptimMixin, DPOTrainer):
             self._signature_columns = [*SCORED_COLUMNS, "ref_chosen_logps", "ref_rejected_logps"]
 
 
-def build_trainer(args: DPOArguments, training_args, model_args, preemption=None):
-    """Everything up to a ready trainer (data checked first); returns (trainer, data report dict)."""
-    training_args.loss_type = [LOSS_ALIASES.get(t, t) for t in training_args.loss_type]
-    return build_trainer_for(
-        InstellaDPOTrainer, prepare_dpo_dataset, args, training_args, model_args, preemption,
-        default_converter="preference",
-    )  # fmt: skip
+class DPOStage(PostTrainingStage):
+    """DPO in the training lifecycle: whole conversations scored turn by turn, `InstellaDPOTrainer`."""
+
+    name = "dpo"
+    trainer_class = InstellaDPOTrainer
+    mixture_kwargs = {"default_converter": "preference"}
+
+    def check(self) -> None:
+        self.args.loss_type = [LOSS_ALIASES.get(t, t) for t in self.args.loss_type]
+        super().check()
+
+    def prepare(self, mixture, tokenizer):
+        args = self.args
+        return prepare_dpo_dataset(mixture, tokenizer, args.max_length, args.overlong, args.dataset_num_proc)
+
+
+def build_trainer(training_args, model_args, callbacks=()):
+    """Everything up to a ready trainer (data checked first), for tests and tools: (trainer, data)."""
+    return DPOStage(training_args, model_args).build(callbacks)
 
 
 @exit_on_recipe_error
 def main(argv: list[str] | None = None) -> int:
     """`scripts/dpo.py`: parse the recipe and the command line, then one whole DPO run (exit code 0)."""
-    args, training_args, model_args = parse_recipe([DPOArguments, CheckedDPOConfig, CheckedModelConfig], argv)
+    training_args, model_args = parse_recipe([CheckedDPOConfig, CheckedModelConfig], argv)
     setup_logging()
-    return run_post_training(build_trainer, args, training_args, model_args, argv, "dpo")
+    return run_stage(DPOStage(training_args, model_args, argv))

@@ -15,35 +15,30 @@ from dataclasses import dataclass, field
 from trl import SFTConfig, SFTTrainer
 
 from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe, setup_logging
-from instella_recipes.core.checks import check_choice, check_training_arguments
+from instella_recipes.core.checks import check_choice
 from instella_recipes.trainer.mixed_precision import FSDPReduceDtypeMixin
 from instella_recipes.trainer.optim import InstellaOptimMixin
+from instella_recipes.trainer.settings import RUN
+from instella_recipes.trainer.stage import run_stage
 
-from .run import CheckedModelConfig, PostTrainingArguments, build_trainer_for, run_post_training
+from .run import CheckedModelConfig, PostTrainingSettings, PostTrainingStage
 from .tokenization import check_truncation_mode, prepare_sft_dataset
 
 
 @dataclass
-class SFTArguments(PostTrainingArguments):
-    """SFT's recipe fields beyond TRL's SFTConfig and ModelConfig: the shared ones, and the FSDP reduce dtype."""
+class CheckedSFTConfig(PostTrainingSettings, SFTConfig):
+    """SFT's settings: TRL's SFTConfig, its numeric fields range-checked at parse time (`core.checks`: without it SFT
+    `max_length -1` silently drops every row's closing EOS label), with the post-training fields and the FSDP reduce
+    dtype."""
 
     fsdp_reduce_dtype: str | None = field(
-        default="float32", metadata={"help": "FSDP with bf16: gradient reduce dtype (authors: float32); null: bf16."}
+        default="float32",
+        metadata={"role": RUN, "help": "FSDP with bf16: gradient reduce dtype (authors: float32); null: bf16."},
     )
 
     def __post_init__(self):
-        super().__post_init__()
         if self.fsdp_reduce_dtype is not None:
             check_choice("fsdp_reduce_dtype", self.fsdp_reduce_dtype, ("float32", "bfloat16"))
-
-
-@dataclass
-class CheckedSFTConfig(SFTConfig):
-    """TRL's SFTConfig with its numeric fields range-checked at parse time (`core.checks`): without it SFT
-    `max_length -1` silently drops every row's closing EOS label."""
-
-    def __post_init__(self):
-        check_training_arguments(self)
         check_truncation_mode(self.truncation_mode)
         super().__post_init__()
 
@@ -57,22 +52,36 @@ class InstellaSFTTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, SFTTrainer):
         super().__init__(*args, **kwargs)
 
 
-def build_trainer(args: SFTArguments, training_args, model_args, preemption=None):
-    """Everything up to a ready trainer (data checked first); returns (trainer, data report dict)."""
-    if training_args.assistant_only_loss or training_args.completion_only_loss:
-        raise RecipeError(
-            "remove assistant_only_loss / completion_only_loss: this recipe already builds assistant-only labels "
-            "from the Instella chat template (see instella_recipes/post_training/template.py)"
-        )
-    return build_trainer_for(
-        InstellaSFTTrainer, prepare_sft_dataset, args, training_args, model_args, preemption,
-        trainer_kwargs={"fsdp_reduce_dtype": args.fsdp_reduce_dtype},
-    )  # fmt: skip
+class SFTStage(PostTrainingStage):
+    """SFT in the training lifecycle: the mixture as chats with assistant-only labels, `InstellaSFTTrainer`."""
+
+    name = "sft"
+    trainer_class = InstellaSFTTrainer
+
+    def check(self) -> None:
+        if self.args.assistant_only_loss or self.args.completion_only_loss:
+            raise RecipeError(
+                "remove assistant_only_loss / completion_only_loss: this recipe already builds assistant-only labels "
+                "from the Instella chat template (see instella_recipes/post_training/template.py)"
+            )
+        super().check()
+
+    def prepare(self, mixture, tokenizer):
+        args = self.args
+        return prepare_sft_dataset(mixture, tokenizer, args.max_length, args.overlong, args.dataset_num_proc)
+
+    def trainer_kwargs(self) -> dict:
+        return {"fsdp_reduce_dtype": self.args.fsdp_reduce_dtype}
+
+
+def build_trainer(training_args, model_args, callbacks=()):
+    """Everything up to a ready trainer (data checked first), for tests and tools: (trainer, data)."""
+    return SFTStage(training_args, model_args).build(callbacks)
 
 
 @exit_on_recipe_error
 def main(argv: list[str] | None = None) -> int:
     """`scripts/sft.py`: parse the recipe and the command line, then one whole SFT run (exit code 0)."""
-    args, training_args, model_args = parse_recipe([SFTArguments, CheckedSFTConfig, CheckedModelConfig], argv)
+    training_args, model_args = parse_recipe([CheckedSFTConfig, CheckedModelConfig], argv)
     setup_logging()
-    return run_post_training(build_trainer, args, training_args, model_args, argv, "sft")
+    return run_stage(SFTStage(training_args, model_args, argv))

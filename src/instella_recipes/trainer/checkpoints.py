@@ -67,11 +67,18 @@ def find_resume_checkpoint(output_dir: str | Path) -> str | None:
 
 
 def resolve_resume(value: str | bool | None, output_dir: str | Path) -> str | None:
-    """`auto`/`true`: newest complete checkpoint or None; a path: that path; None/`false`: no resume."""
-    if value in (None, False, "", "false", "False", "none", "None"):
+    """The one resume rule of every stage (`resume_from_checkpoint`): `auto`/`true` (the default): the newest complete
+    checkpoint in output_dir, or None (a fresh start) when there is none; a path: that checkpoint, which must exist;
+    `none`/`false`/unset: None."""
+    if value in (None, False, "", "false", "False", "none", "None", "null"):
         return None
     if value in (True, "auto", "true", "True", "latest"):
         return find_resume_checkpoint(output_dir)
+    if not Path(value).is_dir():
+        raise RecipeError(
+            f"resume_from_checkpoint {value} does not exist: give a checkpoint folder, auto (the newest in "
+            f"output_dir, if any) or none"
+        )
     return str(value)
 
 

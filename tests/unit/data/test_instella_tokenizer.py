@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from transformers import AutoConfig, AutoTokenizer, TrainingArguments
+from transformers import AutoConfig, AutoTokenizer
 
 from instella_recipes.core import parse_recipe
 from instella_recipes.data.prepare import PrepareArguments, prepare
@@ -51,21 +51,15 @@ def _recipe_tokenizer(path: Path) -> dict:
         (args,) = parse_recipe([PrepareArguments], argv)
         return {"tokenizer": args.tokenizer, "model": None}
     if path.name.startswith("pretrain"):
-        script, _ = parse_recipe([PretrainArguments, TrainingArguments], [*argv, "--use_cpu", "true"])
+        (script,) = parse_recipe([PretrainArguments], [*argv, "--use_cpu", "true"])
         return {"tokenizer": script.tokenizer, "model": script.model_name_or_path, "config": script.model_config}
-    from trl import DPOConfig, ModelConfig, SFTConfig
+    from trl import ModelConfig
 
-    from instella_recipes.post_training.dpo import DPOArguments
-    from instella_recipes.post_training.sft import SFTArguments
+    from instella_recipes.post_training.dpo import CheckedDPOConfig
+    from instella_recipes.post_training.sft import CheckedSFTConfig
 
-    kinds = {
-        "sft": (SFTArguments, SFTConfig),
-        "dpo": (DPOArguments, DPOConfig),
-        "finetune": (SFTArguments, SFTConfig),
-    }
-    args, _, model = parse_recipe(
-        [*kinds[path.name.split("-")[0].split(".")[0]], ModelConfig], [*argv, "--bf16", "false"]
-    )
+    kinds = {"sft": CheckedSFTConfig, "dpo": CheckedDPOConfig, "finetune": CheckedSFTConfig}
+    args, model = parse_recipe([kinds[path.name.split("-")[0].split(".")[0]], ModelConfig], [*argv, "--bf16", "false"])
     return {"tokenizer": args.tokenizer_name_or_path, "model": model.model_name_or_path}
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from transformers import TrainingArguments
 
 from instella_recipes.core import parse_recipe
 from instella_recipes.data.token_files import read_path_list
@@ -59,13 +58,12 @@ def test_the_lists_hold_the_authors_file_counts_per_subset():
 )
 def test_the_recipes_read_the_lists_under_a_settable_root(tmp_path, stage, listing, prepared):
     recipe = ROOT / "recipes" / "instella-3b" / f"{stage}.yaml"
-    script, _ = parse_recipe([PretrainArguments, TrainingArguments], ["--config", str(recipe), "--use_cpu", "true"])
+    (script,) = parse_recipe([PretrainArguments], ["--config", str(recipe), "--use_cpu", "true"])
     assert script.data_paths == f"recipes/instella-3b/token_files/{listing}" and script.seq_len == 4096
     assert not script.data_dir and script.data_root == f"runs/instella-3b/{prepared}"  # where prepare writes them
     # a local copy anywhere: --data_root points at the folder holding the authors' datasets/
-    script, _ = parse_recipe(
-        [PretrainArguments, TrainingArguments],
-        ["--config", str(recipe), "--use_cpu", "true", "--data_root", str(tmp_path)],
+    (script,) = parse_recipe(
+        [PretrainArguments], ["--config", str(recipe), "--use_cpu", "true", "--data_root", str(tmp_path)]
     )
     for line in _lines(listing):
         (tmp_path / line).parent.mkdir(parents=True, exist_ok=True)

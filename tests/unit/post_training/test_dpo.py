@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from trl import DPOConfig, ModelConfig
+from trl import ModelConfig
 
 from instella_recipes.core import parse_recipe, read_manifest
 from instella_recipes.post_training import dpo
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def recipe(model_dir, out, *extra):
     argv = ["--config", TINY_DPO, "--model_name_or_path", str(model_dir), "--output_dir", str(out), *extra]
-    return argv, parse_recipe([dpo.DPOArguments, DPOConfig, ModelConfig], argv)
+    return argv, parse_recipe([dpo.CheckedDPOConfig, ModelConfig], argv)
 
 
 def completion_logps(model, batch):
@@ -33,8 +33,8 @@ def completion_logps(model, batch):
 
 
 def test_dpo_norm_equals_hand_computation(tiny_model_dir, tmp_path):
-    _, (args, training_args, model_args) = recipe(tiny_model_dir, tmp_path / "out", "--max_samples", "16")
-    trainer, _ = dpo.build_trainer(args, training_args, model_args)
+    _, (training_args, model_args) = recipe(tiny_model_dir, tmp_path / "out", "--max_samples", "16")
+    trainer, _ = dpo.build_trainer(training_args, model_args)
     assert trainer.loss_types == ["sigmoid_norm"] and trainer.beta == 5.0
     torch.manual_seed(0)
     with torch.no_grad():  # make the policy differ from the reference so the loss is not log(2)
@@ -62,10 +62,10 @@ def test_dpo_norm_equals_hand_computation(tiny_model_dir, tmp_path):
 
 
 def test_precomputed_reference_log_probs(tiny_model_dir, tmp_path):
-    _, (args, training_args, model_args) = recipe(
+    _, (training_args, model_args) = recipe(
         tiny_model_dir, tmp_path / "out", "--precompute_ref_log_probs", "true", "--max_samples", "16"
     )
-    trainer, _ = dpo.build_trainer(args, training_args, model_args)
+    trainer, _ = dpo.build_trainer(training_args, model_args)
     assert trainer.ref_model is None  # no reference model kept for training
     examples = [trainer.train_dataset[i] for i in range(3)]
     batch = trainer.data_collator(examples)
@@ -78,8 +78,8 @@ def test_precomputed_reference_log_probs(tiny_model_dir, tmp_path):
 @pytest.mark.slow
 def test_tiny_dpo_raises_margin_and_accuracy(tiny_model_dir, tmp_path):
     out = tmp_path / "dpo"
-    argv, (args, training_args, model_args) = recipe(tiny_model_dir, out)
-    trainer, data = dpo.build_trainer(args, training_args, model_args)
+    argv, (training_args, model_args) = recipe(tiny_model_dir, out)
+    trainer, data = dpo.build_trainer(training_args, model_args)
     pairs = [trainer.train_dataset[i] for i in range(32)]
     batch = trainer.data_collator(pairs)
 
@@ -100,9 +100,7 @@ def test_tiny_dpo_raises_margin_and_accuracy(tiny_model_dir, tmp_path):
     assert logs[-1]["rewards/margins"] > logs[0]["rewards/margins"]
     assert logs[-1]["rewards/accuracies"] > logs[0]["rewards/accuracies"]
 
-    from instella_recipes.post_training.run import recipe_path, save_outputs
-
-    save_outputs(trainer, model_args, args, recipe_path(argv), "dpo", data)
+    dpo.DPOStage(training_args, model_args, argv).finish(trainer, data)
     manifest = read_manifest(out)
     assert manifest["stage"] == "dpo" and manifest["data"]["kept"] == 400
     assert json.loads((out / "trainer_state.json").read_text())["log_history"]

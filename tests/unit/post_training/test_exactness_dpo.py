@@ -22,7 +22,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from datasets import Dataset
-from trl import DPOConfig, ModelConfig
+from trl import ModelConfig
 
 from instella_recipes.core import parse_recipe
 from instella_recipes.post_training import dpo
@@ -165,8 +165,8 @@ def test_dpo_norm_loss_on_multi_turn_pairs_equals_the_hand_computation(olmo_mode
         "--max_length", "64", "--per_device_train_batch_size", str(len(PAIRS)), "--global_batch_size",
         str(len(PAIRS)), "--report_to", "none",
     ]  # fmt: skip
-    args, training_args, model_args = parse_recipe([dpo.DPOArguments, DPOConfig, ModelConfig], argv)
-    trainer, _ = dpo.build_trainer(args, training_args, model_args)
+    training_args, model_args = parse_recipe([dpo.CheckedDPOConfig, ModelConfig], argv)
+    trainer, _ = dpo.build_trainer(training_args, model_args)
     assert trainer.loss_types == ["sigmoid_norm"] and trainer.beta == 5.0
     torch.manual_seed(1)
     with torch.no_grad():  # the policy moves away from the reference, so the loss is not log 2

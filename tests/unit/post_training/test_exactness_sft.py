@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from datasets import Dataset
-from trl import DPOConfig, ModelConfig, SFTConfig
+from trl import ModelConfig
 
 from instella_recipes.core import parse_recipe
 from instella_recipes.post_training import converters
@@ -210,14 +210,15 @@ def test_sft_rows_are_the_authors_token_by_token(max_length):
 
 
 def _sft(path):
-    from instella_recipes.post_training.sft import SFTArguments
+    from instella_recipes.post_training.sft import CheckedSFTConfig
 
-    return parse_recipe([SFTArguments, SFTConfig, ModelConfig], ["--config", str(path), "--bf16", "false"])
+    return parse_recipe([CheckedSFTConfig, ModelConfig], ["--config", str(path), "--bf16", "false"])
 
 
 @pytest.mark.parametrize("name", ["sft.yaml", "sft-packed.yaml", "sft-lora.yaml"])
 def test_instella_sft_recipes_use_the_authors_seeds_and_loss_normalisation(name):
-    args, t, _ = _sft(RECIPES / "instella-3b" / name)
+    t, _ = _sft(RECIPES / "instella-3b" / name)
+    args = t
     assert t.seed == 6198 and args.conversion_seed == 96
     assert t.average_tokens_across_devices is False  # normalize_by_label_mask: per device, then mean over devices
     assert t.dataloader_drop_last  # configs/instella-3b-sft.yaml:100 data.drop_last: true
@@ -225,11 +226,11 @@ def test_instella_sft_recipes_use_the_authors_seeds_and_loss_normalisation(name)
 
 
 def test_instella_dpo_recipes_use_open_instructs_adamw_and_seed():
-    from instella_recipes.post_training.dpo import DPOArguments
+    from instella_recipes.post_training.dpo import CheckedDPOConfig
 
     for name in ("dpo.yaml", "dpo-lora.yaml"):
-        _, t, _ = parse_recipe(
-            [DPOArguments, DPOConfig, ModelConfig],
+        t, _ = parse_recipe(
+            [CheckedDPOConfig, ModelConfig],
             ["--config", str(RECIPES / "instella-3b" / name), "--bf16", "false"],
         )
         assert (t.adam_beta1, t.adam_beta2, t.adam_epsilon, t.weight_decay, t.seed) == (0.9, 0.999, 1e-8, 0.0, 42)

@@ -7,11 +7,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
-from trl import DPOConfig, ModelConfig, SFTConfig
+from trl import ModelConfig
 
 from instella_recipes.core import parse_recipe, read_manifest
 from instella_recipes.post_training import dpo, sft
-from instella_recipes.post_training.run import INSTELLA_PROJECTIONS, recipe_path, save_outputs
+from instella_recipes.post_training.run import INSTELLA_PROJECTIONS
 
 RECIPES = Path(__file__).resolve().parents[3] / "recipes" / "tiny"
 LORA = ["--use_peft", "true", "--lora_r", "8", "--lora_alpha", "16", "--lora_dropout", "0.0",
@@ -24,16 +24,17 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def train_lora(module, config, arg_types, model_dir, out, *extra):
     argv = ["--config", str(RECIPES / config), "--model_name_or_path", str(model_dir), "--output_dir", str(out),
             *LORA, *extra]  # fmt: skip
-    args, training_args, model_args = parse_recipe(arg_types, argv)
-    trainer, data = module.build_trainer(args, training_args, model_args)
+    training_args, model_args = parse_recipe(arg_types, argv)
+    stage = module.SFTStage if module is sft else module.DPOStage
+    trainer, data = module.build_trainer(training_args, model_args)
     trainer.train()
-    return trainer, save_outputs(trainer, model_args, args, recipe_path(argv), module.__name__.split(".")[-1], data)
+    return trainer, stage(training_args, model_args, argv).finish(trainer, data)
 
 
 def test_lora_sft_trains_only_adapters_and_merges(tiny_model_dir, tmp_path):
     base = load_file(tiny_model_dir / "model.safetensors")
     trainer, out = train_lora(
-        sft, "sft.yaml", [sft.SFTArguments, SFTConfig, ModelConfig], tiny_model_dir, tmp_path / "sft-lora",
+        sft, "sft.yaml", [sft.CheckedSFTConfig, ModelConfig], tiny_model_dir, tmp_path / "sft-lora",
         "--max_samples", "64", "--num_train_epochs", "1", "--learning_rate", "1e-2",
     )  # fmt: skip
     model = trainer.model
@@ -65,13 +66,13 @@ def test_lora_sft_trains_only_adapters_and_merges(tiny_model_dir, tmp_path):
     assert manifest["lora"] == lora
     # what ran, not what the recipe file says: the command line's learning rate and sample cap
     assert manifest["arguments"]["training"]["learning_rate"] == 1e-2
-    assert manifest["arguments"]["script"]["max_samples"] == 64 and manifest["arguments"]["model"]["use_peft"]
+    assert manifest["arguments"]["training"]["max_samples"] == 64 and manifest["arguments"]["model"]["use_peft"]
 
 
 @pytest.mark.slow
 def test_lora_dpo_uses_the_disabled_adapter_as_reference_and_merges(tiny_model_dir, tmp_path):
     trainer, out = train_lora(
-        dpo, "dpo.yaml", [dpo.DPOArguments, DPOConfig, ModelConfig], tiny_model_dir, tmp_path / "dpo-lora",
+        dpo, "dpo.yaml", [dpo.CheckedDPOConfig, ModelConfig], tiny_model_dir, tmp_path / "dpo-lora",
         "--max_samples", "96", "--learning_rate", "1e-2", "--logging_steps", "1",
     )  # fmt: skip
     assert trainer.ref_model is None  # PEFT: the reference is the base model with the adapter disabled

@@ -148,14 +148,14 @@ def test_dpo_bad_pairs_are_skipped_and_counted(tok):
     ids=lambda p: f"{p.parent.name}/{p.name}",
 )
 def test_recipes_parse(path):
-    from trl import DPOConfig, ModelConfig, SFTConfig
+    from trl import ModelConfig
 
-    from instella_recipes.post_training.dpo import DPOArguments
-    from instella_recipes.post_training.sft import SFTArguments
+    from instella_recipes.post_training.dpo import CheckedDPOConfig
+    from instella_recipes.post_training.sft import CheckedSFTConfig
 
-    kinds = (SFTArguments, SFTConfig) if path.name.startswith("sft") else (DPOArguments, DPOConfig)
+    kind = CheckedSFTConfig if path.name.startswith("sft") else CheckedDPOConfig
     # bf16 is the published setting; this CPU machine cannot validate it, so the test overrides it
-    args, training_args, model_args = parse_recipe([*kinds, ModelConfig], ["--config", str(path), "--bf16", "false"])
+    args, model_args = parse_recipe([kind, ModelConfig], ["--config", str(path), "--bf16", "false"])
     assert args.sources and args.global_batch_size
     first_line = path.read_text().splitlines()[0]
     assert first_line.startswith("# ") and "batch" in first_line  # hardware + global batch
@@ -184,17 +184,17 @@ def test_bad_data_stops_the_recipe_before_any_output(tiny_model_dir, tmp_path, c
 
 
 def test_sources_and_policies_from_the_command_line(tmp_path):
-    from trl import ModelConfig, SFTConfig
+    from trl import ModelConfig
 
-    from instella_recipes.post_training.sft import SFTArguments
+    from instella_recipes.post_training.sft import CheckedSFTConfig
 
     common = ["--output_dir", str(tmp_path), "--bf16", "false"]
-    args, _, _ = parse_recipe(
-        [SFTArguments, SFTConfig, ModelConfig], ["--sources", "{path: a.jsonl, repeat: 2}", "b.jsonl", *common]
+    args, _ = parse_recipe(
+        [CheckedSFTConfig, ModelConfig], ["--sources", "{path: a.jsonl, repeat: 2}", "b.jsonl", *common]
     )
     assert args.sources == [{"path": "a.jsonl", "repeat": 2}, {"path": "b.jsonl"}]
     with pytest.raises(RecipeError, match="overlong must be one of"):
-        parse_recipe([SFTArguments, SFTConfig, ModelConfig], ["--overlong", "cut", *common])
+        parse_recipe([CheckedSFTConfig, ModelConfig], ["--overlong", "cut", *common])
 
 
 def test_missing_input_model_is_a_clear_error(tmp_path, capsys):
@@ -210,15 +210,14 @@ def test_missing_input_model_is_a_clear_error(tmp_path, capsys):
 
 def test_instella_recipes_match_the_published_settings():
     """SPEC.md section 2, SFT and DPO rows."""
-    from trl import DPOConfig, ModelConfig, SFTConfig
+    from trl import ModelConfig
 
-    from instella_recipes.post_training.dpo import DPOArguments
-    from instella_recipes.post_training.sft import SFTArguments
+    from instella_recipes.post_training.dpo import CheckedDPOConfig
+    from instella_recipes.post_training.sft import CheckedSFTConfig
 
     cpu = ["--bf16", "false"]
-    args, t, _ = parse_recipe(
-        [SFTArguments, SFTConfig, ModelConfig], ["--config", str(RECIPES / "instella-3b/sft.yaml"), *cpu]
-    )
+    t, _ = parse_recipe([CheckedSFTConfig, ModelConfig], ["--config", str(RECIPES / "instella-3b/sft.yaml"), *cpu])
+    args = t
     assert (t.learning_rate, t.lr_scheduler_kwargs, t.warmup_steps, t.num_train_epochs) == (
         1e-5,
         {"alpha_f": 0.001},
@@ -231,9 +230,8 @@ def test_instella_recipes_match_the_published_settings():
     converters_and_repeats = {(s["converter"], s.get("repeat", 1)) for s in args.sources}
     assert converters_and_repeats == {("smoltalk", 1), ("openmathinstruct2", 1), ("tulu3_persona_if", 1),
                                       ("mmlu_auxiliary_train", 1), ("o1_journey", 10)}  # fmt: skip
-    args, t, _ = parse_recipe(
-        [DPOArguments, DPOConfig, ModelConfig], ["--config", str(RECIPES / "instella-3b/dpo.yaml"), *cpu]
-    )
+    t, _ = parse_recipe([CheckedDPOConfig, ModelConfig], ["--config", str(RECIPES / "instella-3b/dpo.yaml"), *cpu])
+    args = t
     assert (t.learning_rate, t.warmup_steps, t.weight_decay, t.num_train_epochs, t.beta) == (5e-7, 0.1, 0.0, 1, 5.0)
     assert t.loss_type == ["dpo_norm"] and t.max_length == 2048 and t.gradient_checkpointing
     assert args.global_batch_size == 128 == t.per_device_train_batch_size * t.gradient_accumulation_steps * 8

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
-from trl import ModelConfig, SFTConfig
+from trl import ModelConfig
 
 from instella_recipes.core import parse_recipe
 from instella_recipes.data.tokenizer import load_tokenizer
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def recipe(model_dir, out, *extra):
     argv = ["--config", TINY_SFT, "--model_name_or_path", str(model_dir), "--output_dir", str(out), *extra]
-    return argv, parse_recipe([sft.SFTArguments, SFTConfig, ModelConfig], argv)
+    return argv, parse_recipe([sft.CheckedSFTConfig, ModelConfig], argv)
 
 
 def _loss(trainer, examples):

@@ -46,12 +46,13 @@ def _sigterm_then(function):
 
 
 def _with_callback(make_callback):
-    """`train_and_save` with one more callback on the trainer (a fault-injection one)."""
-    original = post_run.train_and_save
+    """The stage's `build_trainer` with one more callback on the trainer (a fault-injection one)."""
+    original = post_run.PostTrainingStage.build_trainer
 
-    def wrapper(trainer, *args, **kwargs):
+    def wrapper(self, *args, **kwargs):
+        trainer = original(self, *args, **kwargs)
         trainer.add_callback(make_callback())
-        return original(trainer, *args, **kwargs)
+        return trainer
 
     return wrapper
 
@@ -77,10 +78,12 @@ def test_sigterm_at_every_phase_of_post_training_exits_zero_consistently(
         monkeypatch.setattr(post_run, "load_model", _sigterm_then(post_run.load_model))
     elif phase == "train":  # SIGTERM at the end of step 2
         callback = lambda: kill_at_step(None, {"kill_step": 2, "kill_signal": "TERM"})[0]
-        monkeypatch.setattr(post_run, "train_and_save", _with_callback(callback))
+        monkeypatch.setattr(post_run.PostTrainingStage, "build_trainer", _with_callback(callback))
     else:  # SIGTERM as training ends, before the final save
         monkeypatch.setattr(
-            post_run, "train_and_save", _with_callback(lambda: signal_at_phase(None, {"phase": "end"})[0])
+            post_run.PostTrainingStage,
+            "build_trainer",
+            _with_callback(lambda: signal_at_phase(None, {"phase": "end"})[0]),
         )
     with caplog.at_level("INFO"):
         assert SCRIPTS[stage].main(argv) == 0
@@ -111,4 +114,5 @@ def test_sigterm_while_pretraining_loads_its_data_or_model_exits_zero(phase, dat
     out = tmp_path / "run"
     with caplog.at_level("INFO"):
         assert pretrain_module.main(pretrain_argv(data_dir, out, max_steps=2)) == 0
-    assert "pre-empted during start-up (after loading the model and data)" in caplog.text and not out.exists()
+    where = "after loading the data" if phase == "data" else "after loading the model"
+    assert f"pre-empted during start-up ({where})" in caplog.text and not out.exists()

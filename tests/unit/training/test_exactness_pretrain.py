@@ -21,7 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-from transformers import TrainerCallback, TrainingArguments
+from transformers import TrainerCallback
 
 from instella_recipes.core import parse_recipe
 from instella_recipes.training.pretrain import PretrainArguments, main
@@ -298,7 +298,9 @@ def test_amd_llama_trains_on_blocks_of_block_size_plus_one(tmp_path):
 
 
 def _recipe(name):
-    return parse_recipe([PretrainArguments, TrainingArguments], ["--config", str(RECIPES / name), "--use_cpu", "true"])
+    """The settings twice (one object holds pretraining's fields and TrainingArguments'), as (script, train)."""
+    (args,) = parse_recipe([PretrainArguments], ["--config", str(RECIPES / name), "--use_cpu", "true"])
+    return args, args
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,116 @@
+"""What each settings field is to a run, read from the fields themselves: the run's identity, the model card's
+hyperparameters and datasets, and the manifest's records all come from here, never from hand-kept key lists.
+
+Every field a stage declares (its own, beside the library's `TrainingArguments` / `SFTConfig` / `DPOConfig` /
+`ModelConfig` fields) carries `metadata={"role": ...}`:
+
+- `run`: it defines the run (a different value in the same output_dir is a different run) and is a hyperparameter of
+  the model card;
+- `data`: what the run trains on (paths, mixtures); part of the identity unless the stage's data fingerprint stands
+  in for it, and the model card's `datasets`;
+- `launch`: how or where it runs (threads, the output location, `overwrite`): neither.
+
+A field of ours without a role is an error (`field_roles` raises `TypeError`), so a new field cannot be missed by the
+identity or the card. The library's own fields have no such metadata; the few that define a run are named once in
+`LIBRARY_ROLES` (tests check that each still exists in the library), every other library field is `launch`.
+"""
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from instella_recipes.core.checks import check_training_arguments
+
+RUN, DATA, LAUNCH = "run", "data", "launch"
+ROLES = (RUN, DATA, LAUNCH)
+
+# The library's fields that define a run (transformers' TrainingArguments, TRL's SFTConfig/DPOConfig/GRPOConfig and
+# ModelConfig). per_device_train_batch_size and gradient_accumulation_steps are `launch`: a run may resume on another
+# world size with the same global batch (the identity records `global_batch` instead).
+LIBRARY_ROLES = {
+    **dict.fromkeys(
+        (
+            "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio",
+            "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "num_train_epochs",
+            "max_steps", "seed", "data_seed", "optim", "bf16", "max_length", "packing", "beta", "loss_type",
+            "model_name_or_path", "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
+            "num_generations", "temperature", "max_completion_length", "epsilon", "epsilon_high",
+        ),
+        RUN,
+    ),
+    "dataset_name": DATA,
+}  # fmt: skip
+
+
+def field_roles(*settings_classes) -> dict[str, str]:
+    """`{field name: role}` over the settings dataclasses (classes or instances), in declaration order. A field
+    declared by one of our classes (its module under `instella_recipes`) without a role in its metadata raises a
+    `TypeError` naming it; library fields take their role from `LIBRARY_ROLES` (default `launch`)."""
+    roles = {}
+    for cls in settings_classes:
+        cls = cls if isinstance(cls, type) else type(cls)
+        own = _own_fields(cls)
+        for f in dataclasses.fields(cls):
+            role = f.metadata.get("role")
+            if role is None and f.name in own:
+                raise TypeError(
+                    f"{own[f.name].__name__}.{f.name} has no role: add metadata={{'role': 'run' | 'data' | 'launch'}}"
+                    f" (trainer/settings.py says what each means)"
+                )
+            if role is not None and role not in ROLES:
+                raise TypeError(f"{cls.__name__}.{f.name}: role '{role}' is not one of {', '.join(ROLES)}")
+            roles[f.name] = role or LIBRARY_ROLES.get(f.name, LAUNCH)
+    return roles
+
+
+def _own_fields(cls) -> dict[str, type]:
+    """The fields declared in the class body of one of our dataclasses in `cls`'s MRO, with the class."""
+    out = {}
+    for klass in reversed(cls.__mro__):
+        if klass.__module__.startswith("instella_recipes") and dataclasses.is_dataclass(klass):
+            for name in klass.__dict__.get("__annotations__", {}):
+                out[name] = klass
+    return out
+
+
+def values_with_role(role: str, *settings) -> dict:
+    """`{name: value}` of every field with `role` over the settings instances (a later instance wins a name)."""
+    out = {}
+    for item in settings:
+        for name, field_role in field_roles(item).items():
+            if field_role == role:
+                out[name] = getattr(item, name)
+    return out
+
+
+RESUME_HELP = (
+    "auto (default): the newest complete checkpoint in output_dir, or a fresh start when there is none; a checkpoint "
+    "folder: resume from it; none: start fresh. The same rule in every stage."
+)
+
+
+def split_report_to(value):
+    """`report_to` as the Trainer reads it, a list: `tensorboard,wandb` (what the recipes' comments suggest, and how
+    transformers' docs write several integrations on a command line) becomes `["tensorboard", "wandb"]`."""
+    items = [value] if isinstance(value, str) else value
+    if items is None:
+        return None
+    out = [part.strip() for item in items for part in str(item).split(",") if part.strip()]
+    return out[0] if len(out) == 1 and isinstance(value, str) else out
+
+
+@dataclass
+class StageSettings:
+    """Mixed in before the library's config class by every stage's settings class (`class PretrainArguments(
+    StageSettings, TrainingArguments)`): the fields the lifecycle (`trainer/stage.py`) reads beside the library's,
+    the numeric range checks (`core.checks.check_training_arguments`) and `report_to` comma lists."""
+
+    resume_from_checkpoint: str | None = field(default="auto", metadata={"role": LAUNCH, "help": RESUME_HELP})
+    overwrite: bool = field(
+        default=False,
+        metadata={"role": LAUNCH, "help": "Replace a complete output in output_dir (of any stage) from scratch."},
+    )
+
+    def __post_init__(self):
+        self.report_to = split_report_to(self.report_to)
+        check_training_arguments(self)
+        super().__post_init__()

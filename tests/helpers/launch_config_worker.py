@@ -1,0 +1,87 @@
+"""Run under torchrun (tests only, gloo/CPU): one training stage through its entry point's `main(argv)` (the whole
+lifecycle of `trainer/stage.py`: claim, train, final save, manifest) under one `accelerate_configs/*.yaml`, only the
+device swapped, for tests/e2e/test_launch_configs.py.
+
+`accelerate launch` turns an FSDP config into the accelerator state's FSDP plugin; on CPU accelerate refuses FSDP (its
+AcceleratorState keeps MULTI_CPU), so this worker creates the shared state first and marks it FSDP with a plugin built
+from the config's own `fsdp_config` (every key kept: version, resharding, wrap policy, `state_dict_type`, CPU-RAM
+efficient loading, offload, activation checkpointing) and its `mixed_precision`, as tests/helpers/sft_fsdp_worker.py
+does by hand; a `parallelism_config` (hybrid sharding) is kept with its replicate x shard layout scaled to the
+processes here. DDP and MULTI_CPU configs need nothing: the Trainer runs DDP over gloo on CPU by itself.
+
+    python -m torch.distributed.run --standalone --nproc_per_node N launch_config_worker.py CONFIG STAGE -- ARGV...
+STAGE: pretrain | sft | dpo. ARGV: the stage's command line (the worker adds --bf16 for a bf16 config).
+"""
+
+import importlib
+import os
+import sys
+
+import torch
+import yaml
+from accelerate import Accelerator, PartialState
+from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+STAGES = {
+    "pretrain": "instella_recipes.training.pretrain",
+    "sft": "instella_recipes.post_training.sft",
+    "dpo": "instella_recipes.post_training.dpo",
+}
+# accelerate config keys whose plugin argument is not the key without its `fsdp_` prefix
+_PLUGIN_NAMES = {"fsdp_offload_params": "cpu_offload", "fsdp_version": "fsdp_version"}
+
+
+def fsdp_plugin(fsdp_config: dict) -> FullyShardedDataParallelPlugin:
+    """The plugin `accelerate launch` builds from a config's `fsdp_config` (keys as the config file writes them)."""
+    kwargs = {_PLUGIN_NAMES.get(key, key.removeprefix("fsdp_")): value for key, value in fsdp_config.items()}
+    kwargs["auto_wrap_policy"] = str(kwargs["auto_wrap_policy"]).lower()
+    return FullyShardedDataParallelPlugin(**kwargs)
+
+
+def parallelism(raw: dict, world_size: int):
+    """A hybrid layout (replicate across nodes x shard inside one) on `world_size` processes: one 'node' here."""
+    sizes = raw.get("parallelism_config")
+    if not sizes:
+        return None
+    from accelerate.parallelism_config import ParallelismConfig
+
+    return ParallelismConfig(dp_replicate_size=1, dp_shard_size=world_size, tp_size=1, cp_size=1)
+
+
+def apply_config(path: str) -> str:
+    """Set up the accelerator state as `accelerate launch --config_file path` would, on CPU; returns its precision."""
+    raw = yaml.safe_load(open(path))
+    precision = str(raw.get("mixed_precision", "no"))
+    if raw["distributed_type"] != "FSDP":
+        return precision
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    accelerator = Accelerator(cpu=True, mixed_precision=precision, parallelism_config=parallelism(raw, world_size))
+    plugin = fsdp_plugin(raw["fsdp_config"])
+    if precision == "bf16":
+        plugin.set_mixed_precision("bf16")  # what AcceleratorState does with an FSDP plugin and bf16
+    accelerator.state.fsdp_plugin = plugin
+    accelerator.state.distributed_type = DistributedType.FSDP
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    return precision
+
+
+def main(config: str, stage: str, *argv: str) -> int:
+    """Run the stage's `main(argv)`; the config is applied once the settings are parsed (transformers'
+    `TrainingArguments` set up their own device state while parsing), as the lifecycle starts."""
+    torch.set_num_threads(1)
+    argv = list(argv[1:] if argv and argv[0] == "--" else argv)
+    bf16 = str(yaml.safe_load(open(config)).get("mixed_precision", "no")) == "bf16"
+    argv += ["--use_cpu", "true", "--bf16", "true" if bf16 else "false"]
+    module = importlib.import_module(STAGES[stage])
+    run_stage = module.run_stage
+
+    def configured_run_stage(*args, **kwargs):
+        apply_config(config)
+        return run_stage(*args, **kwargs)
+
+    module.run_stage = configured_run_stage
+    return module.main(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(*sys.argv[1:]))
