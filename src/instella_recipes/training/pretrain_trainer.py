@@ -16,6 +16,7 @@ non-finite steps, all through the Trainer's extension points (no copy of its tra
   does it); packed windows keep the Trainer's seeded random sampler.
 - `create_accelerator_and_postprocess`: `ddp_timeout` applies to every backend (transformers passes it to
   `init_process_group` only off CPU), so a rank that dies or hangs fails the others within it.
+- `SequenceParallelMixin` (`sequence_parallel=`): Ulysses sequence parallelism (trainer/sequence_parallel.py).
 - `_get_grad_norm`: the global (all-reduced) gradient norm decides whether a step is finite on every rank alike;
   a non-finite one makes the wrapped `optimizer.step` a no-op (the batch is dropped, the LR schedule and the step
   counter advance), and is counted in `skipped_steps`.
@@ -37,6 +38,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from instella_recipes.trainer.checkpoints import STAGING, publish
 from instella_recipes.trainer.mixed_precision import FSDPReduceDtypeMixin
 from instella_recipes.trainer.optim import InstellaOptimMixin
+from instella_recipes.trainer.sequence_parallel import SequenceParallelMixin
 from instella_recipes.training.optimizer_state import load_optimizer_state
 
 
@@ -64,7 +66,7 @@ def apply_collective_timeout(seconds: int) -> None:
         _set_pg_timeout(timedelta(seconds=seconds))
 
 
-class PretrainTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, Trainer):
+class PretrainTrainer(SequenceParallelMixin, FSDPReduceDtypeMixin, InstellaOptimMixin, Trainer):
     """Trainer for packed-window causal LM pretraining (any AutoModelForCausalLM)."""
 
     def __init__(
