@@ -18,15 +18,25 @@ from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recip
 from instella_recipes.core.checks import check_choice
 from instella_recipes.trainer.mixed_precision import FSDPReduceDtypeMixin
 from instella_recipes.trainer.optim import InstellaOptimMixin
+from instella_recipes.trainer.sequence_parallel import (
+    SequenceParallelArguments,
+    SequenceParallelMixin,
+    check_sequence_parallel,
+    sequence_parallel_for,
+)
 from instella_recipes.trainer.settings import RUN
 from instella_recipes.trainer.stage import run_stage
 
-from .run import CheckedModelConfig, PostTrainingSettings, PostTrainingStage
+from .run import CheckedModelConfig, PostTrainingSettings, PostTrainingStage, check_rope_theta
 from .tokenization import check_truncation_mode, prepare_sft_dataset
+
+# What the summed token cross-entropy is divided by: the label tokens (TRL's) or every input token, masked ones too
+# (the authors' Instella-Long SFT: `batch['input_ids'].numel() / seq_parallel_size`, instella/train.py L869-872).
+SFT_LOSS_NORMALIZERS = ("label_tokens", "input_tokens")
 
 
 @dataclass
-class CheckedSFTConfig(PostTrainingSettings, SFTConfig):
+class CheckedSFTConfig(PostTrainingSettings, SequenceParallelArguments, SFTConfig):
     """SFT's settings: TRL's SFTConfig, its numeric fields range-checked at parse time (`core.checks`: without it SFT
     `max_length -1` silently drops every row's closing EOS label), with the post-training fields and the FSDP reduce
     dtype."""
@@ -36,16 +46,29 @@ class CheckedSFTConfig(PostTrainingSettings, SFTConfig):
         metadata={"role": RUN, "help": "FSDP with bf16: gradient reduce dtype (authors: float32); null: bf16."},
     )
 
+    loss_normalizer: str = field(
+        default="label_tokens",
+        metadata={
+            "role": RUN,
+            "help": "Summed token CE over label_tokens (TRL's) or input_tokens: every token, masked ones too (the "
+            "authors' Instella-Long SFT).",
+        },
+    )
+    rope_theta: float | None = field(
+        default=None, metadata={"role": RUN, "help": "The RoPE base the input model must carry (long-context SFT)."}
+    )
+
     def __post_init__(self):
+        check_choice("loss_normalizer", self.loss_normalizer, SFT_LOSS_NORMALIZERS)
         if self.fsdp_reduce_dtype is not None:
             check_choice("fsdp_reduce_dtype", self.fsdp_reduce_dtype, ("float32", "bfloat16"))
         check_truncation_mode(self.truncation_mode)
         super().__post_init__()
 
 
-class InstellaSFTTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, SFTTrainer):
-    """SFTTrainer with Instella's optimizer settings and LR schedule, and under FSDP + bf16 the gradients reduced in
-    fp32 (the authors' `fsdp.precision: mixed`)."""
+class InstellaSFTTrainer(SequenceParallelMixin, FSDPReduceDtypeMixin, InstellaOptimMixin, SFTTrainer):
+    """SFTTrainer with Instella's optimizer settings and LR schedule, under FSDP + bf16 the gradients reduced in
+    fp32 (the authors' `fsdp.precision: mixed`), and Ulysses sequence parallelism (`sequence_parallel=`)."""
 
     def __init__(self, *args, fsdp_reduce_dtype: str | None = "float32", **kwargs):
         self.fsdp_reduce_dtype = fsdp_reduce_dtype
@@ -58,20 +81,59 @@ class SFTStage(PostTrainingStage):
     name = "sft"
     trainer_class = InstellaSFTTrainer
 
+    sequence_parallel = None
+
     def check(self) -> None:
         if self.args.assistant_only_loss or self.args.completion_only_loss:
             raise RecipeError(
                 "remove assistant_only_loss / completion_only_loss: this recipe already builds assistant-only labels "
                 "from the Instella chat template (see instella_recipes/post_training/template.py)"
             )
+        _check_sequence_parallel_rows(self.args)
         super().check()
+
+    def build_model(self, data):
+        model = super().build_model(data)
+        check_rope_theta(self.args.rope_theta, model.config, self.model_args.model_name_or_path)
+        return model
+
+    def build_trainer(self, data, model, callbacks: list):
+        self.sequence_parallel = sequence_parallel_for(self.args, self.args, model.config, None)
+        return super().build_trainer(data, model, callbacks)
+
+    def before_save(self, trainer) -> None:
+        trainer.restore_attention()  # the saved model runs its own attention, not the SP wrapper
 
     def prepare(self, mixture, tokenizer):
         args = self.args
         return prepare_sft_dataset(mixture, tokenizer, args.max_length, args.overlong, args.dataset_num_proc)
 
     def trainer_kwargs(self) -> dict:
-        return {"fsdp_reduce_dtype": self.args.fsdp_reduce_dtype}
+        return {
+            "fsdp_reduce_dtype": self.args.fsdp_reduce_dtype,
+            "sequence_parallel": self.sequence_parallel,
+            "count_input_tokens": self.args.loss_normalizer == "input_tokens",
+        }
+
+
+def _check_sequence_parallel_rows(args) -> None:
+    """SP takes padding-free rows (documents told apart by position_ids) whose length the SP size divides."""
+    size = args.sequence_parallel_size
+    try:
+        check_sequence_parallel(size, None, args.world_size, None, args.per_device_train_batch_size)
+    except ValueError as err:
+        raise RecipeError(str(err)) from None
+    if size == 1:
+        return
+    if not (args.packing or args.padding_free):
+        raise RecipeError(
+            f"sequence_parallel_size {size} takes padding-free rows: set packing: true (or padding_free: true)"
+        )
+    if not args.pad_to_multiple_of or args.pad_to_multiple_of % size:
+        raise RecipeError(
+            f"sequence_parallel_size {size}: every row must split into {size} equal chunks; set pad_to_multiple_of "
+            f"to a multiple of {size} (now {args.pad_to_multiple_of})"
+        )
 
 
 def build_trainer(training_args, model_args, callbacks=()):
