@@ -11,7 +11,9 @@ chat template, trainer_state.json, data_report.json and manifest.json (last); wh
 """
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from transformers import AutoConfig
 from trl import SFTConfig, SFTTrainer
 
 from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe, setup_logging
@@ -91,11 +93,10 @@ class SFTStage(PostTrainingStage):
             )
         _check_sequence_parallel_rows(self.args)
         super().check()
-
-    def build_model(self, data):
-        model = super().build_model(data)
-        check_rope_theta(self.args.rope_theta, model.config, self.model_args.model_name_or_path)
-        return model
+        path = Path(self.model_args.model_name_or_path or "")
+        if self.args.rope_theta is not None and (path / "config.json").is_file():  # the config only, before any work
+            config = AutoConfig.from_pretrained(path, trust_remote_code=True)
+            check_rope_theta(self.args.rope_theta, config, self.model_args.model_name_or_path)
 
     def build_trainer(self, data, model, callbacks: list):
         self.sequence_parallel = sequence_parallel_for(self.args, self.args, model.config, None)
@@ -119,10 +120,6 @@ class SFTStage(PostTrainingStage):
 def _check_sequence_parallel_rows(args) -> None:
     """SP takes padding-free rows (documents told apart by position_ids) whose length the SP size divides."""
     size = args.sequence_parallel_size
-    try:
-        check_sequence_parallel(size, None, args.world_size, None, args.per_device_train_batch_size)
-    except ValueError as err:
-        raise RecipeError(str(err)) from None
     if size == 1:
         return
     if not (args.packing or args.padding_free):
@@ -134,6 +131,10 @@ def _check_sequence_parallel_rows(args) -> None:
             f"sequence_parallel_size {size}: every row must split into {size} equal chunks; set pad_to_multiple_of "
             f"to a multiple of {size} (now {args.pad_to_multiple_of})"
         )
+    try:
+        check_sequence_parallel(size, None, args.world_size, None, args.per_device_train_batch_size)
+    except ValueError as err:
+        raise RecipeError(str(err)) from None
 
 
 def build_trainer(training_args, model_args, callbacks=()):
