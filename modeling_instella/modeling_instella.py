@@ -280,6 +280,7 @@ class InstellaModel(InstellaPreTrainedModel, LlamaModel):
         flash back-ends read them themselves (varlen kernels); sdpa and eager would attend across documents, so
         they get the same block-diagonal causal mask here, 4D, which transformers passes through as it is (bool
         for sdpa, additive for eager). Positions need not restart: RoPE scores depend on relative positions only."""
+        # private: the config's attention name, as transformers' models read it [test_private_apis]
         implementation = self.config._attn_implementation
         if implementation not in ("sdpa", "eager"):
             return None

@@ -229,6 +229,7 @@ def _segment_positions(lengths: torch.Tensor) -> torch.Tensor:
 
 def _inner(module, query, key, value, sp: SequenceParallel, local: bool, kwargs: dict):
     """transformers' attention function (the model's `ulysses_<name>`) with the document mask of `local`."""
+    # private: the config's attention name, how transformers' own models pick their function [test_private_apis]
     name = module.config._attn_implementation.removeprefix(ATTENTION_PREFIX)
     if name == "sdpa":
         return sdpa_attention_forward(module, query, key, value, sp.mask(local), **kwargs)
@@ -253,7 +254,7 @@ def ulysses_attention(module, query, key, value, attention_mask, **kwargs):
 def enable(model, sp: SequenceParallel) -> str:
     """Route `model`'s attention through Ulysses around its current implementation; returns that one (`disable`)."""
     global _ACTIVE
-    current = model.config._attn_implementation
+    current = model.config._attn_implementation  # private: as above [test_private_apis]
     if current not in INNER_ATTENTION:
         raise ValueError(
             f"sequence parallelism wraps attn_implementation sdpa or flash_attention_2, not {current!r}: set "

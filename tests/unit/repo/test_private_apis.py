@@ -106,6 +106,19 @@ def test_trainer_sampler_columns_scheduler_and_loss_flags():
     )
 
 
+def test_config_names_the_attention_set_on_the_model():
+    from modeling_instella import InstellaForCausalLM
+
+    model = InstellaForCausalLM(tiny_config())
+    model.set_attn_implementation("eager")
+    _check(
+        model.config._attn_implementation == "eager",
+        "transformers",
+        "config._attn_implementation follows set_attn_implementation",
+        "trainer/sequence_parallel.py (the Ulysses wrapper), modeling_instella.py (the varlen-boundary mask)",
+    )
+
+
 def test_sequence_parallel_loss_count_and_dataloader_list():
     from accelerate import Accelerator
     from transformers import Trainer
