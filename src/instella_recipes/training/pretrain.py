@@ -39,6 +39,7 @@ from instella_recipes.data.token_files import OLMoOrderSampler, TokenFiles, toke
 from instella_recipes.data.tokenizer import load_tokenizer
 from instella_recipes.trainer.checks import check_global_batch, check_tokenizer_fits, fit_accumulation
 from instella_recipes.trainer.optim import check_schedule_kwargs
+from instella_recipes.trainer.optimizer_state import OPTIMIZER_DIR, check_optimizer_state, save_optimizer_state
 from instella_recipes.trainer.sequence_parallel import (
     SequenceParallelArguments,
     check_sequence_parallel,
@@ -48,7 +49,6 @@ from instella_recipes.trainer.sequence_parallel import (
 from instella_recipes.trainer.settings import DATA, LAUNCH, RUN, StageSettings
 from instella_recipes.trainer.stage import Stage, run_stage
 from instella_recipes.training.model_factory import build_model
-from instella_recipes.training.optimizer_state import OPTIMIZER_DIR, check_optimizer_state, save_optimizer_state
 from instella_recipes.training.pretrain_trainer import NonFiniteCallback, PretrainTrainer
 
 logger = get_logger(__name__)

@@ -38,8 +38,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from instella_recipes.trainer.checkpoints import STAGING, publish
 from instella_recipes.trainer.mixed_precision import FSDPReduceDtypeMixin
 from instella_recipes.trainer.optim import InstellaOptimMixin
+from instella_recipes.trainer.optimizer_state import load_optimizer_state
 from instella_recipes.trainer.sequence_parallel import SequenceParallelMixin
-from instella_recipes.training.optimizer_state import load_optimizer_state
 
 
 class SamplerEpoch(TrainerCallback):
