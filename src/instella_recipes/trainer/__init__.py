@@ -11,6 +11,8 @@
   checkpoint and exit 0 at the next step (`PreemptionCallback`).
 - `sequence_parallel`: Ulysses sequence parallelism (`SequenceParallelMixin`: all-to-all around transformers'
   attention functions, one packed row per SP group; the authors' chunk-local fallback and the exact path).
+- `optimizer_state`: one stage's final AdamW state written (DCP) and continued by the next
+  (`ContinueOptimizerStateMixin`, `optimizer_state_from`).
 - `flops`: parameter counts, FLOPs per token and MFU (the throughput plugin and the sizing tool).
 
 Why it is ours: transformers and TRL leave these to the user (their extension points, mixins and callbacks, are used

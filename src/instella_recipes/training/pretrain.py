@@ -426,7 +426,9 @@ class PretrainStage(Stage):
         if args.load_optimizer_state:
             self.optimizer_state = check_optimizer_state(Path(args.model_name_or_path) / OPTIMIZER_DIR)
         if args.optimizer_state_from:
-            self.optimizer_state = check_optimizer_state(Path(args.optimizer_state_from) / OPTIMIZER_DIR)
+            self.optimizer_state = check_optimizer_state(
+                Path(args.optimizer_state_from) / OPTIMIZER_DIR, "optimizer_state_from"
+            )
         if args.fit_global_batch:
             args.gradient_accumulation_steps = fit_accumulation(
                 args.global_batch_size, args.per_device_train_batch_size, self.readers
