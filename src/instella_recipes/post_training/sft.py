@@ -1,13 +1,14 @@
 """Supervised fine-tuning (Instella-3B -> Instella-3B-SFT) with TRL's SFTTrainer: the stage's settings, its Trainer
 subclass and `main(argv)` (`scripts/sft.py` is the command line).
 
-The recipe parses into `SFTArguments` (our fields), `CheckedSFTConfig` (TRL's SFTConfig, range-checked) and
-`CheckedModelConfig` (TRL's ModelConfig: input model, LoRA). The data mixture is converted to `messages`, checked and
-tokenized (`tokenization.prepare_sft_dataset`) with the Instella chat template and assistant-only labels (assistant
-content + its EOS), then handed to SFTTrainer pre-tokenized; TRL pads (one example per row,
-`pad_to_multiple_of: max_length` as published) or packs padding-free (`packing: true`). The OLMo schedule and
-all-parameter weight decay come from `InstellaOptimMixin`. The output folder gets the model, the tokenizer with the
-chat template, trainer_state.json, data_report.json and manifest.json (last); what DPO shares is in `run.py`.
+The recipe parses into `CheckedSFTConfig` (TRL's SFTConfig, range-checked, with our fields) and `CheckedModelConfig`
+(TRL's ModelConfig: input model, LoRA); `SFTStage` is the stage in the training lifecycle (`trainer/stage.py`). The
+data mixture is converted to `messages`, checked and tokenized (`tokenization.prepare_sft_dataset`) with the Instella
+chat template and assistant-only labels (assistant content + its EOS), then handed to SFTTrainer pre-tokenized; TRL
+pads (one example per row, `pad_to_multiple_of: max_length` as published) or packs padding-free (`packing: true`). The
+OLMo schedule and all-parameter weight decay come from `InstellaOptimMixin`. The output folder gets the model, the
+tokenizer with the chat template, trainer_state.json, data_report.json and manifest.json (last); what DPO shares is in
+`run.py`.
 """
 
 from dataclasses import dataclass, field
