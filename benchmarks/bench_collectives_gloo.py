@@ -16,7 +16,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.results_io import HERE, record
+try:  # run as a file (`python benchmarks/bench_collectives_gloo.py`), the repository root is not on the path
+    from benchmarks.results_io import HERE, record
+except ModuleNotFoundError:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.results_io import HERE, record
 from instella_recipes.systems.collectives import human
 
 ROOT = HERE.parent

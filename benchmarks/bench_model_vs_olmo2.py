@@ -12,12 +12,18 @@ Reports median times and the ratio olmo2 / instella (>= 1.00 means ours is at le
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 from transformers import Olmo2Config, Olmo2ForCausalLM
 
-from benchmarks.results_io import record
+try:  # run as a file (`python benchmarks/bench_model_vs_olmo2.py`), the repository root is not on the path
+    from benchmarks.results_io import record
+except ModuleNotFoundError:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.results_io import record
 from modeling_instella import InstellaConfig, InstellaForCausalLM
 
 PRESETS = {

@@ -10,9 +10,15 @@ number of concurrent runs for both.
 import argparse
 import os
 import random
+import sys
 import time
+from pathlib import Path
 
-from benchmarks.results_io import record
+try:  # run as a file (`python benchmarks/bench_sandbox.py`), the repository root is not on the path
+    from benchmarks.results_io import record
+except ModuleNotFoundError:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.results_io import record
 from instella_recipes.sandbox import SandboxConfig, SandboxPool
 
 

@@ -16,6 +16,7 @@ max_length, like SFT mixes where most answers are short and a few are long). Thr
 import argparse
 import json
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +24,12 @@ from pathlib import Path
 import torch
 
 import modeling_instella  # noqa: F401
-from benchmarks.results_io import record
+
+try:  # run as a file (`python benchmarks/bench_sft_packing.py`), the repository root is not on the path
+    from benchmarks.results_io import record
+except ModuleNotFoundError:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.results_io import record
 from instella_recipes.core import parse_recipe
 from instella_recipes.data.tiny_world import TinyWorld
 from instella_recipes.data.tokenizer import train_bpe_tokenizer

@@ -23,6 +23,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(2)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def token_check_cache(tmp_path_factory):
+    """The token-file check cache (`data/integrity.py`) of this test session, not the user's ~/.cache; subprocesses
+    inherit it."""
+    os.environ["INSTELLA_CACHE_DIR"] = str(tmp_path_factory.mktemp("instella_cache"))
+    yield
+
+
 def tiny_config(**overrides) -> InstellaConfig:
     """A 2-layer, hidden-64 Instella config (what every CPU test trains)."""
     values = dict(

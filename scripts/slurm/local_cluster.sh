@@ -141,7 +141,12 @@ EOF
     say "wrote $CONF ($nodes node(s), CPUs=${cpus} and RealMemory=${mem} MB each)"
 }
 
-pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+pid_alive() {  # the pid in file $1 runs (a zombie, killed but not yet reaped, does not)
+    local pid state
+    [[ -f $1 ]] && pid=$(cat "$1") && kill -0 "$pid" 2>/dev/null || return 1
+    state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)
+    [[ -n $state && $state != Z ]]
+}
 
 wait_for_file() { for _ in $(seq 100); do [[ -s $1 ]] && return 0; sleep 0.1; done; return 1; }
 
@@ -160,8 +165,15 @@ munge_key() {
 }
 
 start_node() {  # a slurmd -N nK (and its munged) in a UTS + mount namespace of its own
-    local k=$1 dir=$STATE/n$1
+    local k=$1 dir=$STATE/n$1 left
     if pid_alive "$dir/slurmd.pid"; then return 0; fi
+    # Only its slurmd died: what is left of the node (its munged, job steps) is ended first, by pid, so the node
+    # comes back whole in a new namespace; a second munged would otherwise start and the first run on untracked.
+    left=$(node_pids "$k")
+    if [[ -n $left ]]; then
+        say "node n$k: slurmd is gone; ending what is left of the node ($(echo $left | wc -w) process(es)) first"
+        kill_node "$k" >/dev/null
+    fi
     mkdir -p "$dir/spool" "$dir/munge"
     chmod 0755 "$dir/munge"
     # shellcheck disable=SC2016
@@ -192,6 +204,7 @@ kill_node() {
     pids=$(node_pids "$1")
     # shellcheck disable=SC2086
     [[ -n $pids ]] && kill -9 $pids 2>/dev/null
+    for _ in $(seq 50); do [[ -z $(node_pids "$1") ]] && break; sleep 0.1; done  # gone before a restart
     rm -f "$STATE/n$1/slurmd.pid" "$STATE/n$1/munged.pid"
     say "node n$1: killed $(echo $pids | wc -w) process(es)"
 }
@@ -261,7 +274,9 @@ status() {
         || echo "slurmctld: stopped"
     for ((k = 1; k <= $(node_count); k++)); do
         pid_alive "$STATE/n$k/slurmd.pid" && echo "n$k: slurmd running (pid $(cat "$STATE/n$k/slurmd.pid"))" \
-            || echo "n$k: stopped"
+            || echo "n$k: slurmd stopped"
+        pid_alive "$STATE/n$k/munged.pid" && echo "n$k: munged running (pid $(cat "$STATE/n$k/munged.pid"))" \
+            || echo "n$k: munged stopped"
     done
     sinfo 2>/dev/null || true
 }

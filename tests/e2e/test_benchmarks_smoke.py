@@ -1,13 +1,19 @@
 """The benchmark suites cannot rot: `make bench-gpu SMOKE=1` (benchmarks/bench_gpu.py --smoke) and the trained
 speculative-decoding benchmark run every code path at toy size on CPU; the numbers they compute are checked against
-hand computations (SPEC.md 6 MFU, the micro-batch search), not against themselves."""
+hand computations (SPEC.md 6 MFU, the micro-batch search), not against themselves. The token-file check's benchmark
+runs on a 10 MiB file."""
 
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from benchmarks import bench_gpu, bench_speculative
+from benchmarks import bench_gpu, bench_speculative, bench_token_check
 from instella_recipes.trainer import flops
 
 
@@ -156,3 +162,54 @@ def test_bench_token_files_smoke_reads_both_the_same_way(capsys):
     assert bench_token_files.main(args) == 0
     out = capsys.readouterr().out
     assert "workers 0: packed" in out and "29 instances in 7 token files vs 32 packed windows" in out
+
+
+def test_bench_token_check_runs_and_extrapolates(capsys):
+    """benchmarks/bench_token_check.py on a 10 MiB file, not recorded: every row of its table is there."""
+    assert bench_token_check.main(["--gib", "0.01", "--repeats", "1", "--no_record"]) == 0
+    out = capsys.readouterr().out
+    assert "stage 1 (2329 files)" in out and "assumed evenly spread (3.49 GB a file)" in out
+    assert out.count("\n| ") == 8  # header, rule and six checks
+
+
+# Runs each benchmark file as `python benchmarks/<file> --help` would (its folder first on sys.path, the repository
+# root not on it), in one interpreter so torch is imported once.
+AS_A_FILE = """
+import runpy, sys
+folder, failed = sys.argv[1], []
+base = [p for p in sys.path if p not in ("", ".") and not p.rstrip("/").endswith(folder.rsplit("/", 1)[0])]
+for script in sys.argv[2:]:
+    sys.path[:] = [folder, *base]
+    sys.argv = [f"{folder}/{script}", "--help"]
+    for name in [m for m in sys.modules if m == "benchmarks" or m.startswith("benchmarks.")]:
+        del sys.modules[name]
+    try:
+        runpy.run_path(f"{folder}/{script}", run_name="__main__")
+    except SystemExit as done:
+        if done.code not in (0, None):
+            failed.append(f"{script}: exit {done.code}")
+    except BaseException as err:
+        failed.append(f"{script}: {type(err).__name__}: {err}")
+print("FAILED:", failed)
+"""
+
+
+def test_every_benchmark_runs_as_documented():
+    """Issue 32: `python benchmarks/<bench>.py` as RESULTS.md and the docs write it (a file, the repository root not
+    on the path) reaches `--help`: five failed with `ModuleNotFoundError: benchmarks`."""
+    root = Path(__file__).resolve().parents[2]
+    scripts = sorted(p.name for p in (root / "benchmarks").glob("bench_*.py"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(root / "src")  # the installed package, as after `pip install -e .`; not the root
+    done = subprocess.run([sys.executable, "-c", AS_A_FILE, str(root / "benchmarks"), *scripts], cwd="/",
+                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0 and "FAILED: []" in done.stdout, (done.stdout[-3000:], done.stderr[-2000:])
+    assert done.stdout.count("usage:") == len(scripts) >= 11
+
+
+def test_bench_dolma_tokens_names_a_requirements_file_that_exists():
+    from benchmarks import bench_dolma_tokens
+
+    source = Path(bench_dolma_tokens.__file__).read_text()
+    named = re.findall(r'ROOT / "tests" / "helpers" / "(\w+\.txt)"', source)
+    assert named and all((bench_dolma_tokens.ROOT / "tests" / "helpers" / n).is_file() for n in named)

@@ -99,10 +99,10 @@ def attacks(secret: Path, port: int) -> dict[str, tuple[str, set[str], set[str]]
             {"timeout"},
             {"timeout"},
         ),
-        "forge_then_exit": (
+        "forge_then_exit": (  # its record lacks the harness's end-of-call marker
             FORGERS + "def answer(x):\n    forge_fds()\n    os._exit(1)\n",
-            {"crashed"},
-            {"crashed"},
+            {"tampered"},
+            {"tampered"},
         ),
         "loop_forever": ("def answer(x):\n    while x >= 0:\n        x += 1\n", {"timeout"}, {"timeout"}),
         "fork_bomb": (
@@ -125,7 +125,7 @@ def attacks(secret: Path, port: int) -> dict[str, tuple[str, set[str], set[str]]
             f"import socket\ndef answer(x):\n    s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
             "    s.sendall(b'leak')\n    return 1\n",
             {"forbidden_network"},
-            {"sandbox_denied"},
+            {"forbidden_syscall"},  # the kernel's seccomp filter kills it at socket()
         ),
         "os_system": (
             f"import os\ndef answer(x):\n    os.system('touch {pwned}')\n    return 1\n",

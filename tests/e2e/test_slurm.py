@@ -5,6 +5,7 @@ dependents, a pre-empted training requeued by Slurm and resumed to the same weig
 with the reason; the dry-run test needs none. Multi-node runs and node faults: test_slurm_multinode.py."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,49 @@ def test_two_processes_under_srun_match_one_and_resume_on_one(tmp_path, data_dir
         assert losses_one[step] == pytest.approx(losses_two[step], rel=1e-4)
     a, b = _weights(two), _weights(reference)
     assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+
+
+def test_a_node_whose_slurmd_alone_died_comes_back_whole(slurm_cluster):
+    """Issue 32: only n2's slurmd is killed (its munged lives on). `start-node 2` ends what is left of the node first,
+    so after it the node has exactly one munged, the one its pid file names, and the old one is gone (a second one was
+    started before and the first ran on untracked, outliving even `stop`)."""
+    import signal
+
+    node = slurm_cluster.folder / "n2"
+    old_munged = int((node / "munged.pid").read_text())
+    os.kill(int((node / "slurmd.pid").read_text()), signal.SIGKILL)
+    try:
+        out = slurm_cluster.script("start-node", "2")
+        assert "slurmd is gone; ending what is left of the node" in out, out
+        new_munged = int((node / "munged.pid").read_text())
+        assert new_munged != old_munged and not _running(old_munged)
+        namespace = (node / "namespace").read_text().strip()
+        munged = [p.name for p in Path("/proc").glob("[0-9]*") if _uts(p) == namespace and _comm(p) == "munged"]
+        munged = [pid for pid in munged if _running(int(pid))]
+        assert munged == [str(new_munged)]
+        assert "n2: munged running" in slurm_cluster.script("status")
+    finally:
+        slurm_cluster.start_node(2)
+        slurm_cluster.wait_nodes_idle()
+
+
+def _uts(proc: Path) -> str | None:
+    try:
+        return os.readlink(proc / "ns" / "uts")
+    except OSError:
+        return None
+
+
+def _comm(proc: Path) -> str:
+    try:
+        return (proc / "comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (killed, not yet reaped by its parent)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -297,3 +297,17 @@ def test_preemption_reaches_every_rank_and_resumes_bit_exact(two_nodes, slurm_cl
     assert "requeueing job" in text and f"resuming from {tmp_path / 'run' / 'checkpoint-3'}" in text
     assert losses(tmp_path / "run") == losses(two_nodes["run"])
     assert_same_weights(two_nodes["run"], tmp_path / "run")
+
+
+def test_fewer_nodes_without_fit_global_batch_is_only_the_refusal(slurm_cluster, data_dir, tmp_path):
+    """Issue 32: a job that comes back on fewer nodes (here: started on one) without `fit_global_batch` cannot keep
+    the global batch of 4 with 2 per process: the log holds the one `error:` line naming the fix and no launcher
+    traceback after it."""
+    job, log = sbatch(slurm_cluster, tmp_path, overrides(data_dir, tmp_path / "run"), nodes="1")
+    info = wait_job_end(job, log)
+    text = log.read_text()
+    errors = [line for line in text.splitlines() if line.startswith("error: ")]
+    assert info["JobState"] == "FAILED", text[-3000:]
+    assert len(errors) == 1 and "global batch mismatch" in errors[0], text[-3000:]
+    assert "Traceback" not in text and "CalledProcessError" not in text, text[-3000:]
+    assert not (tmp_path / "run" / "manifest.json").exists()

@@ -96,6 +96,23 @@ def _mean(sources: list[TensorSource], coeffs: list[float] | None, keys: list[st
         yield key, merged.to(getattr(torch, dtype) if dtype else tensors[0].dtype)
 
 
+def check_dtypes(sources: list[TensorSource], keys: list[str], folders: list[Path], dtype: str | None) -> bool:
+    """Whether the inputs hold their tensors in different dtypes (e.g. a float32 and a bfloat16 checkpoint). Then the
+    authors' mean (added in the checkpoints' one dtype) is not defined and the output's dtype would be a guess: a
+    `RecipeError` unless `dtype` says what the merged model holds (the mean is then taken in float32)."""
+    for key in keys:
+        dtypes = [source.meta(key).dtype for source in sources]
+        if len(set(dtypes)) > 1:
+            if dtype is None:
+                held = ", ".join(f"{str(d).removeprefix('torch.')} in {f}" for d, f in zip(dtypes, folders))
+                raise RecipeError(
+                    f"the inputs hold tensors in different dtypes (tensor {key}: {held}): pass --dtype float32 or "
+                    f"--dtype bfloat16 to say what the merged model holds (the mean is then taken in float32)"
+                )
+            return True
+    return False
+
+
 def merge(
     inputs: list[str], output_dir: str, weights=None, dtype: str | None = None, max_shard_size="5GB", overwrite=False
 ) -> Path:
@@ -106,6 +123,9 @@ def merge(
     coeffs = _coefficients(weights, len(folders))
     sources = [TensorSource(folder) for folder in folders]
     keys = sorted(weight_files(folders[0]))
+    if check_dtypes(sources, keys, folders, dtype) and coeffs is None:
+        coeffs = [1.0 / len(folders)] * len(folders)  # mixed dtypes: the float32 path, cast to `dtype` at the end
+        logger.info(f"merge: the inputs' dtypes differ; the mean is taken in float32 and written as {dtype}")
     out_dtype = getattr(torch, dtype) if dtype else None
     meta = {k: sources[0].meta(k).to(out_dtype) if out_dtype else sources[0].meta(k) for k in keys}
     plan = plan_shards(meta, max_shard_size)

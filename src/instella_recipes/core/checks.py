@@ -9,6 +9,7 @@ once the data is known, before the model is loaded (`check_training_length`).
 """
 
 import math
+import os
 from collections.abc import Iterable
 from numbers import Integral, Real
 
@@ -148,9 +149,31 @@ def _check_optional(args, name: str, *range_args, **range_kwargs) -> None:
         check_range(name, getattr(args, name), *range_args, **range_kwargs)
 
 
+def check_cpu_processes(args) -> None:
+    """Several processes (`torchrun --nproc_per_node N`, srun: WORLD_SIZE > 1) on a machine without a GPU train
+    together only with `use_cpu` (transformers then starts the gloo process group; accelerate's CPU launcher says so
+    with ACCELERATE_USE_CPU). Without it each process trains alone and the run fails later with an unrelated error
+    (a global batch mismatch, a checkpoint folder that does not exist): name the flag instead."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    if not world.isdigit() or int(world) <= 1 or getattr(args, "use_cpu", True):
+        return
+    if os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes"):
+        return
+    import torch  # only here: the callers' TrainingArguments have imported it already
+
+    if torch.cuda.is_available():
+        return
+    raise RecipeError(
+        f"{world} processes (WORLD_SIZE={world}: torchrun or srun) on a machine without a GPU: add --use_cpu true "
+        f"so that they train together over gloo (without it each process trains alone)"
+    )
+
+
 def check_training_arguments(args) -> None:
     """The numeric fields our recipes set on transformers' `TrainingArguments` (and TRL's configs, which extend it):
-    each one in its range, before the Trainer sees it. Fields a class does not have are skipped."""
+    each one in its range, before the Trainer sees it. Fields a class does not have are skipped. Also several
+    processes on CPU without use_cpu (`check_cpu_processes`)."""
+    check_cpu_processes(args)
     check_range("learning_rate", args.learning_rate, 0, hint="0 keeps the weights as they are")
     check_positive(args, "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps")
     check_range("max_steps", args.max_steps, -1, integer=True, hint="-1 trains for num_train_epochs")

@@ -13,13 +13,14 @@ import difflib
 import sys
 from pathlib import Path
 
+from .checks import check_numbers
 from .errors import RecipeError
 from .paths import RECIPES_DIR
 
 RECIPE_SUFFIXES = (".yaml", ".yml")
 # The toy-scale recipe of the same stage (by the recipe's file name), for a GPU recipe started on a CPU machine.
 TINY_TWIN = {
-    ("sft", "finetune"): "recipes/tiny/sft.yaml",
+    ("sft",): "recipes/tiny/sft.yaml",
     ("dpo",): "recipes/tiny/dpo.yaml",
     ("pretrain", "code_finetune", "zaya", "olmoe"): "recipes/tiny/pretrain_stage1.yaml",
 }
@@ -75,6 +76,21 @@ def check_command_line(args: list[str], example: str, config_required: bool = Tr
             raise RecipeError(f"--config needs a path to a recipe YAML file, e.g. --config {example}")
         if not Path(args[index + 1]).is_file():
             raise RecipeError(missing_recipe_message(args[index + 1]))
+        check_recipe_file(Path(args[index + 1]))
+
+
+def check_recipe_file(path: Path) -> None:
+    """What is wrong with the recipe file by itself, seconds before torch and TRL load: not valid YAML, a duplicate
+    key (`file:line`), not a mapping, a NaN or infinite number. (An unknown key needs the stage's dataclasses, so
+    the full parser names it, after those imports.)"""
+    from .recipe import load_recipe_yaml  # here: core.recipe imports this module (its hints); both are yaml only
+
+    data, _ = load_recipe_yaml(path)
+    for key, value in data.items():
+        try:
+            check_numbers(value, key)
+        except ValueError as err:
+            raise RecipeError(f"{path}: {err}") from None
 
 
 def preflight(script: str, example: str, config_required: bool = True) -> None:
@@ -91,13 +107,36 @@ def preflight(script: str, example: str, config_required: bool = True) -> None:
         raise SystemExit(2) from None
 
 
+def _hardware(first_line: str) -> str:
+    """The hardware a recipe's first comment line names: the text before its first comma outside parentheses
+    (`# 1 GPU with >= 16 GB (sizing: 11.3 GB at 4 x 2048 tokens, ...), global batch 32` -> `1 GPU ... ...)`)."""
+    depth = 0
+    text = first_line.lstrip("# ")
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth <= 0:
+            return text[:i].strip()
+    return text.strip()
+
+
 def hardware_hint(path: Path | None) -> str:
     """For a recipe that asks for bf16 on GPUs, started on a machine without one: the hardware its first comment
-    line names, the toy-scale recipe of the same stage to run here instead, and the one-GPU path."""
+    line names and what to run here instead: for a CPU recipe given `--bf16 true`, to leave bf16 off; for the one-GPU
+    fine-tuning recipes, that page's "Try it on CPU first" command; else the toy-scale recipe of the same stage."""
     lines = Path(path).read_text().splitlines() if path is not None and Path(path).is_file() else []
-    hardware = lines[0].lstrip("# ").split(",")[0].strip() if lines and lines[0].startswith("#") else ""
+    hardware = _hardware(lines[0]) if lines and lines[0].startswith("#") else ""
     where = f"written for {hardware}" if hardware else "bf16 asks for a GPU"
     stem = Path(path).stem if path is not None else ""
+    if hardware.lower().startswith("cpu") or (path is not None and Path(path).parent.name == "tiny"):
+        return (
+            f"{where}, and bf16 asks for a GPU with bf16, which this machine does not have: leave bf16 as the "
+            f"recipe sets it (--bf16 false)"
+        )
+    if stem.startswith("finetune"):
+        return (
+            f"{where}, and this machine has no GPU with bf16: try the recipe on CPU first with the command under "
+            f'"Try it on CPU first" in {ONE_GPU} (the demo\'s model, --bf16 false --dtype float32, toy sizes)'
+        )
     twin = next((t for prefixes, t in TINY_TWIN.items() if stem.startswith(prefixes)), None)
     instead = f"--config {twin} runs the same stage at toy size on CPU" if twin else "recipes/tiny/ has CPU recipes"
     return f"{where}, and this machine has no GPU with bf16: {instead}; fine-tuning on one GPU: {ONE_GPU}"

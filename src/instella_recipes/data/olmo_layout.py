@@ -48,12 +48,12 @@ from instella_recipes.core import (
     read_manifest,
     retract_manifest,
     swap_in_folder,
-    verify_files,
     write_manifest,
 )
 from instella_recipes.data import dolma_tokens
 from instella_recipes.data.chat_text import CHAT_TEXT_CONVERTERS, text_records, write_text_file
 from instella_recipes.data.dolma_tokens import DolmaTokensArguments, check_first_rows, expand_documents, group_paths
+from instella_recipes.data.integrity import verify_folder
 from instella_recipes.data.sampling import DocumentSample, check_sample, sample_files
 from instella_recipes.data.sources import SourceSpec, load_rows
 from instella_recipes.data.tokenizer import load_tokenizer
@@ -469,9 +469,16 @@ def prepare_token_files(args) -> Path:
         plan.settings = _settings(args, source)
         plan.digest, plan.inputs = _fingerprint(plan.files, plan.settings, tokenizer_sha, source)
         if plan.existing is not None and plan.existing.get("fingerprint") == plan.digest:
-            verify_files(plan.dest, plan.existing, f"source '{source.name}' destination", hash_bytes=0)  # sizes
-            logger.info(f"prepare_data: {plan.dest} is up to date ({plan.existing['num_files']} token files); reusing")
-            continue
+            what = f"source '{source.name}' destination"
+            try:  # sizes, and checksums as far as start-up checks them: a damaged folder is not "up to date"
+                verify_folder(plan.dest, plan.existing, what, f"python scripts/verify_data.py --folders {plan.dest}")
+            except RecipeError as err:
+                if not args.overwrite:
+                    raise
+                logger.warning(f"prepare_data: {err}; writing it again (--overwrite true)")
+            else:
+                logger.info(f"prepare_data: {plan.dest} is up to date ({plan.existing['num_files']} token files)")
+                continue
         if plan.existing is not None and not args.overwrite:
             raise RecipeError(
                 f"source '{source.name}': {plan.dest} was made from other inputs (files, settings, sample or "

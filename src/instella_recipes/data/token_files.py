@@ -21,12 +21,15 @@ whole file.
 
 import bisect
 import itertools
+import os
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from instella_recipes.core import MANIFEST, RecipeError, read_manifest
+from instella_recipes.core.manifest import HASH
+from instella_recipes.data.integrity import Checked, sample_digest, verify_contents, warn_unverified
 from instella_recipes.data.packing import position_ids_for
 
 TOKEN_DTYPE = np.dtype("<u2")  # dolma tokens' and MemMapDataset's default (uint16)
@@ -35,13 +38,16 @@ NPY_MAGIC = b"\x93NUMPY"
 SAMPLE_TOKENS = 32768
 
 
-def read_path_list(data_paths: list[str] | str, data_root: str | None = None) -> tuple[list[str], list[Path]]:
+def read_path_list(
+    data_paths: list[str] | str, data_root: str | None = None, verify: bool = True
+) -> tuple[list[str], list[Path]]:
     """The token files a recipe names: `(entries as listed, resolved paths)`.
 
     `data_paths` is a list of paths, or a single `.txt` file with one path a line (blank lines and `#` comments
     skipped). Relative entries are joined to `data_root` (default: the current directory), so a list can name the
     authors' paths verbatim and `data_root` says where the local copy lives. Every file must exist, and have the
-    size the manifest beside it records, where there is one (`check_against_manifests`)."""
+    size the manifest beside it records, where there is one (`check_against_manifests`), and its checksum as far as
+    `integrity.verify_contents` checks at start-up (`verify=False`: sizes only, for a caller that hashes them all)."""
     items = [data_paths] if isinstance(data_paths, str | Path) else list(data_paths or [])
     if not items:
         raise RecipeError("data_paths is empty: list token files, or name a .txt file with one path a line")
@@ -56,11 +62,13 @@ def read_path_list(data_paths: list[str] | str, data_root: str | None = None) ->
                 sources.append((entry, f"{list_file}:{number}"))
         if not sources:
             raise RecipeError(f"data_paths: list file {list_file} names no token file")
-        check_against_manifests([(list_file, f"data_paths: list file {list_file}")])
+        verify_contents(check_against_manifests([(list_file, f"data_paths: list file {list_file}")]))
     else:
         sources = [(str(item), f"data_paths[{i}]") for i, item in enumerate(items)]
     root = Path(data_root) if data_root else Path(".")
     paths = [Path(entry) if Path(entry).is_absolute() else root / entry for entry, _ in sources]
+    for (_, where), path in zip(sources, paths):
+        _check_is_token_path(path, f"{where}: token file")
     missing = [i for i, path in enumerate(paths) if not path.is_file()]
     if missing:
         entry, where = sources[missing[0]]
@@ -69,15 +77,39 @@ def read_path_list(data_paths: list[str] | str, data_root: str | None = None) ->
             f"{where}: token file {paths[missing[0]]} does not exist{more}; set data_root to the folder that holds "
             f"'{entry}' (now {str(root)!r})"
         )
-    check_against_manifests([(path, f"{where}: token file {path}") for path, (_, where) in zip(paths, sources)])
+    described = check_against_manifests(
+        [(path, f"{where}: token file {path}") for path, (_, where) in zip(paths, sources)]
+    )
+    if not verify:
+        return [entry for entry, _ in sources], paths
+    root_flag = f" --data_root {data_root}" if data_root else ""
+    listed = " ".join(str(i) for i in items)
+    warn_unverified(verify_contents(described), f"python scripts/verify_data.py --data_paths {listed}{root_flag}")
     return [entry for entry, _ in sources], paths
 
 
-def check_against_manifests(files: list[tuple[Path, str]]) -> None:
+def _check_is_token_path(path: Path, name: str) -> None:
+    """A listed path that is a folder, or a symbolic link that leads nowhere (a loop, a dangling link), is named as
+    what it is, not as missing."""
+    if path.is_dir():
+        raise RecipeError(f"{name} {path} is a folder, not a token file: list the files in it (one path a line)")
+    if path.is_symlink():
+        try:
+            path.resolve(strict=True)
+        except RuntimeError:
+            raise RecipeError(f"{name} {path} is a symbolic link that loops (it leads back to itself)") from None
+        except OSError:
+            raise RecipeError(
+                f"{name} {path} is a symbolic link to {os.readlink(path)}, which does not exist"
+            ) from None
+
+
+def check_against_manifests(files: list[tuple[Path, str]]) -> list[Checked]:
     """Each `(path, how to name it)` whose folder holds a stage manifest (`prepare_data --layout olmo` writes one
     beside its token files, and one beside its list) is a file that manifest describes, with the size it records;
-    otherwise a `RecipeError` naming the file. Sizes only: one `stat` a file, while its checksum would read terabytes
-    at stage 1's scale (the manifest keeps it for `verify_files`)."""
+    otherwise a `RecipeError` naming the file. Sizes only here (one `stat` a file); returns the files with the
+    checksums their manifests record, for `integrity.verify_contents` (which scales to terabytes)."""
+    out = []
     described: dict[Path, tuple[str, dict] | None] = {}  # folder -> (stage, {name: {"size", ...}}) of its manifest
     for path, name in files:
         folder = path.parent
@@ -102,6 +134,8 @@ def check_against_manifests(files: list[tuple[Path, str]]) -> None:
                 f"{name} is {size} bytes, the {MANIFEST} beside it says {entry.get('size')} (it changed after it "
                 f"was written): {redo}"
             )
+        out.append(Checked(path, name, entry.get(HASH), redo))
+    return out
 
 
 def check_token_file(path: Path) -> int:
@@ -141,6 +175,18 @@ def check_token_ids(path: Path, num_tokens: int, limit: int) -> None:
                 f"token file {path}: token id {int(tokens[offset])} at token {offset} is >= the tokenizer's {limit} "
                 f"ids: the file was tokenised with another tokenizer (or is not a token file)"
             )
+
+
+class TokenIdError(RecipeError, ValueError):
+    """An id beyond the tokenizer found as training reads a token file: a bad input, so the entry point prints one
+    `error:` line. torch's DataLoader re-raises a worker's exception as `type(text with the worker's traceback)`;
+    the original message (that text's last line) is kept, so the line stays one line."""
+
+    def __init__(self, message: str):
+        if "Original Traceback" in message:
+            last = message.rstrip().splitlines()[-1]  # "[module.]TokenIdError: <the original message>"
+            message = last.split(f"{type(self).__name__}: ", 1)[-1]
+        super().__init__(message)
 
 
 class TokenFiles(torch.utils.data.Dataset):
@@ -199,9 +245,11 @@ class TokenFiles(torch.utils.data.Dataset):
             return
         index = next(i for i, row in zip(indices, rows) if int(row.max()) >= self.vocab_limit)
         file, offset = self.locate(index)
-        raise ValueError(
+        raise TokenIdError(
             f"token file {self.paths[file]}: an id >= the tokenizer's {self.vocab_limit} ids in tokens "
-            f"{offset}..{offset + self.seq_len} (instance {index}): the file was tokenised with another tokenizer"
+            f"{offset}..{offset + self.seq_len} (instance {index}), found while training (the start-up check samples "
+            f"each file's head, middle and tail): the file was tokenised with another tokenizer; re-tokenise it or "
+            f"drop it from data_paths"
         )
 
     def __getitems__(self, indices: list[int]) -> list[dict]:
@@ -231,8 +279,25 @@ class TokenFiles(torch.utils.data.Dataset):
         return batch
 
     def fingerprint_items(self, entries: list[str]) -> list:
-        """What identifies the data of a run (for resume checks): each file as listed, its size, and seq_len."""
-        return [self.seq_len, *[[entry, n] for entry, n in zip(entries, self.num_tokens)]]
+        """What identifies the data of a run (for resume checks): seq_len, then each file as listed, its size in
+        tokens and `integrity.sample_digest` of its bytes (a file rewritten with other tokens differs)."""
+        files = zip(entries, self.num_tokens, self.paths)
+        return [self.seq_len, *[[entry, n, sample_digest(path)] for entry, n, path in files]]
+
+
+def describe_data_change(before: list | None, after: list | None) -> str:
+    """'; data_paths: ...' naming the first token file whose listing, size or contents differ between two
+    `fingerprint_items` lists (a run's checkpoints and this start), or '' when there is nothing to compare."""
+    if not before or not after:
+        return ""
+    for old, new in itertools.zip_longest(before, after):
+        if old == new:
+            continue
+        if old is None or new is None or old[0] != new[0]:
+            return f"; data_paths: the list of token files differs from the checkpoints' run at {(new or old)[0]}"
+        what = f"{old[1]} tokens then, {new[1]} now" if old[1] != new[1] else "same size, other tokens"
+        return f"; data_paths: token file {new[0]} has other contents than when the checkpoints were written ({what})"
+    return ""
 
 
 def olmo_permutation(num_instances: int, seed: int) -> np.ndarray:

@@ -24,6 +24,7 @@ from instella_recipes.core import (
     setup_logging,
     write_manifest,
 )
+from instella_recipes.weights import check_tokenizer_path
 
 EOS_TOKEN = "<|endoftext|>"
 PAD_TOKEN = "<|padding|>"
@@ -40,10 +41,13 @@ def wrap_tokenizer(tokenizer: Tokenizer) -> PreTrainedTokenizerFast:
 
 
 def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerFast:
-    """Load a tokenizer from a `tokenizer.json` file, a local folder or a Hub id."""
+    """Load a tokenizer from a `tokenizer.json` file, a local folder or a Hub id. A local path that does not exist
+    is named as such (not the Hub's "Repo id must be in the form" message), a Hub id that does not resolve in one
+    line (`weights.check_tokenizer_path`)."""
     path = Path(name_or_path)
     if path.is_file() and path.suffix == ".json":
         return wrap_tokenizer(Tokenizer.from_file(str(path)))
+    check_tokenizer_path(name_or_path, "tokenizer")
     return AutoTokenizer.from_pretrained(str(name_or_path))
 
 

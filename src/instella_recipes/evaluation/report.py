@@ -10,7 +10,6 @@ plain mean of all columns, MT-Bench included on its 0-10 scale; a row missing a 
 columns it has, marked with the count.
 """
 
-import json
 import math
 import sys
 from dataclasses import dataclass, field
@@ -18,12 +17,14 @@ from pathlib import Path
 
 import yaml
 
-from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe, setup_logging
+from instella_recipes.core import RecipeError, exit_on_recipe_error, get_logger, parse_recipe, setup_logging
 from instella_recipes.core.paths import PUBLISHED_DIR
 from instella_recipes.core.variables import split_assignment
 from instella_recipes.evaluation.olmes_settings import CAVEATS
-from instella_recipes.evaluation.results import eval_result_files
+from instella_recipes.evaluation.results import eval_result_files, load_result_json
 from instella_recipes.evaluation.tasks import SUITES, TINY_WORLD_METRICS
+
+logger = get_logger(__name__)
 
 
 def load_published(suite: str) -> dict:
@@ -103,16 +104,29 @@ def average(row: dict[str, float], columns: list[str]) -> tuple[float, int]:
     return (sum(present) / len(present) if present else float("nan")), len(present)
 
 
+def warn_not_a_number(file: Path, scores: dict[str, float]) -> None:
+    """A NaN score (lm-eval writes one when a metric could not be computed, e.g. over no items) is shown as "-" and
+    left out of the average, like a missing column: say so, naming the file and the columns."""
+    bad = sorted(label for label, value in scores.items() if math.isnan(value))
+    if bad:
+        logger.warning(
+            f"{file}: {', '.join(bad)} {'is' if len(bad) == 1 else 'are'} NaN (not a number: the metric could not "
+            f"be computed); shown as '-' and left out of the average"
+        )
+
+
 def build_rows(suite, result_files, names=None, judge=None) -> tuple[dict, list[dict]]:
     """The published table plus one row per result file, each row {name, scores, avg, n, offline, kind}."""
     published = load_published(suite)
     columns = list(published["columns"])
     rows = []
     for i, path in enumerate(result_files):
-        data = json.loads(find_result_file(path).read_text())
+        file = find_result_file(path)
+        data = load_result_json(file)
         if "results" not in data:
             raise RecipeError(f"{path} is not an lm-eval result file (no 'results' key)")
         scores, offline = scores_from_results(data["results"], suite, published)
+        warn_not_a_number(file, scores)
         for label, value in (judge or {}).items():
             if label not in columns:
                 raise RecipeError(f"--judge {label}: not a column of {suite} ({', '.join(columns)})")

@@ -25,6 +25,21 @@ def eval_result_files(paths: list[str | Path]) -> list[Path]:
     return files
 
 
+def load_result_json(file: str | Path) -> dict:
+    """One lm-eval result file as a JSON object; a file cut short (a killed run, a full disk) or not JSON is a
+    `RecipeError` naming it."""
+    try:
+        data = json.loads(Path(file).read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RecipeError(
+            f"{file}: not a readable lm-eval result file ({err}; cut short by a killed run or a full disk?): run "
+            f"that evaluation again"
+        ) from None
+    if not isinstance(data, dict):
+        raise RecipeError(f"{file}: not an lm-eval result file (a JSON {type(data).__name__}, not an object)")
+    return data
+
+
 def read_eval_results(paths: list[str | Path]) -> list[dict]:
     """Rows `{task, metric, value, stderr, n_shot, n}` from lm-eval result JSONs (files, or folders searched for
     `results*.json`); a metric reported under a filter other than `none` is named `metric (filter)`; `n` is the
@@ -32,7 +47,7 @@ def read_eval_results(paths: list[str | Path]) -> list[dict]:
     Group rows without scores and bookkeeping numbers (`sample_len`) are left out."""
     rows = []
     for file in eval_result_files(paths):
-        data = json.loads(file.read_text())
+        data = load_result_json(file)
         n_shot = data.get("n-shot", {})
         counts = data.get("n-samples", {})
         for task, metrics in sorted(data.get("results", {}).items()):

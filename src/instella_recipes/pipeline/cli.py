@@ -27,7 +27,7 @@ from instella_recipes.core import (
 )
 
 from .graph import Pipeline, Stage, load_pipeline
-from .runner import StageFailed, plan, run_pipeline
+from .runner import StageFailed, plan, run_pipeline, unchecked_inputs_note
 from .slurm import submit, wait_for_jobs
 
 
@@ -99,6 +99,9 @@ def _dry_run(pipeline: Pipeline, stages: list[Stage], force: bool) -> int:
     for stage, status, why in steps:
         print(f"# {stage.name}: {status} -> " + (f"runs ({why})" if why else "skipped"))
         print(shlex.join(stage.resolved.argv))
+        note = unchecked_inputs_note(pipeline, stage)
+        if note:
+            print(note)
     runs = [stage.name for stage, _, why in steps if why]
     print(f"# would run {len(runs)} of {len(steps)} stage(s)" + (f": {', '.join(runs)}" if runs else ""))
     return 0

@@ -492,6 +492,20 @@ REASONS = {
 }
 
 
+def unchecked_inputs_note(pipeline: Pipeline, stage: Stage) -> str | None:
+    """For a stage whose command is not one of our entry points (`lm_eval`, ...): a comment line saying that the
+    command itself reads its input folders without checking them against their manifests (our entry points do, and
+    `run_stage` does before it starts the stage), and the command that checks them by hand; None for our scripts."""
+    if stage.command.endswith(".py") or not stage.inputs:
+        return None
+    folders = [str(pipeline.stage(name).resolved.output) for name in stage.inputs]
+    return (
+        f"# note: `{Path(stage.command).name}` does not check {', '.join(folders)} against the checksums in its "
+        f"{MANIFEST} (the pipeline does before it runs this stage); run by hand, check first: "
+        f"python scripts/verify_data.py --folders {shlex.join(folders)}"
+    )
+
+
 def check_inputs(pipeline: Pipeline, stages: list[Stage]) -> None:
     """Before `--stage X`: every input outside the selection must be complete, or a clear error says what to run."""
     chosen = {s.name for s in stages}

@@ -12,7 +12,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from instella_recipes.core import atomic_file, exit_on_recipe_error, get_logger, parse_recipe, setup_logging
+from instella_recipes.core import (
+    RecipeError,
+    atomic_file,
+    exit_on_recipe_error,
+    get_logger,
+    parse_recipe,
+    setup_logging,
+)
 from instella_recipes.post_training.converters import chat_to_text
 from instella_recipes.post_training.mixture import build_mixture
 
@@ -37,8 +44,14 @@ def write_chat_text(args: ChatToTextArguments) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     written, skipped = 0, 0
     with atomic_file(out) as handle:
-        for row in chats:
-            text = chat_to_text(row["messages"])
+        for number, row in enumerate(chats):
+            try:
+                text = chat_to_text(row["messages"])
+            except ValueError as err:  # nothing is left behind: atomic_file drops the partial output
+                raise RecipeError(
+                    f"sources {', '.join(map(str, args.sources))}: row {number} of the mixture: {err}; the "
+                    f"'{args.converter}' converter needs string contents (fix the source, or choose its converter)"
+                ) from None
             if not text.strip():
                 skipped += 1
                 continue

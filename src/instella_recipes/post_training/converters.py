@@ -113,6 +113,31 @@ def o1_journey(row: dict, index: int) -> dict:
     raise KeyError("longCOT")
 
 
+def am_deepseek_r1_distilled(row: dict, index: int) -> dict:
+    """a-m-team/AM-DeepSeek-R1-Distilled-1.4M (`am_0.5M`, `am_0.9M`): its `messages` with role and content only
+    (each message's `info` dict of source / reference answer / think and answer parts is dropped; the content
+    already holds the `<think>...</think> <answer>...</answer>` text the authors trained on)."""
+    return messages(row, index)
+
+
+def first_message_is_english(row: dict) -> bool:
+    """The authors' English-only rule for Instella-Math SFT stage 2 (`sft/prepare_ammath_dataset.py` `is_english`):
+    `langdetect.detect` of the first message's content is "en"; undetectable text (no letters) is not English.
+
+    langdetect samples n-grams at random; the authors left it unseeded, so a borderline row could go either way
+    between two of their runs. Seeded here (`DetectorFactory.seed = 0`, langdetect's documented way) so the same
+    rows are kept every time."""
+    # langdetect loads its 55 language profiles on first use: imported here, only by the source that needs it
+    from langdetect import DetectorFactory, detect
+    from langdetect.lang_detect_exception import LangDetectException
+
+    DetectorFactory.seed = 0
+    try:
+        return detect(row["messages"][0]["content"]) == "en"
+    except LangDetectException:
+        return False
+
+
 def preference(row: dict, index: int) -> dict:
     """A preference row (allenai/olmo-2-1124-7b-preference-mix style): `chosen` / `rejected` full conversations
     (optionally with a conversational `prompt`). A string `prompt` beside conversational chosen/rejected is dropped
@@ -130,6 +155,12 @@ CONVERTERS: dict[str, Callable[..., dict]] = {
     "openmathinstruct2": openmathinstruct2,
     "o1_journey": o1_journey,
     "preference": preference,
+    "am_deepseek_r1_distilled": am_deepseek_r1_distilled,
+}
+
+# Rows a converter's source keeps, applied before converting (`fn(row) -> bool`).
+ROW_FILTERS: dict[str, Callable[[dict], bool]] = {
+    "am_deepseek_r1_distilled": first_message_is_english,
 }
 
 
@@ -141,5 +172,11 @@ SEQUENTIAL_CONVERTERS: dict[str, Callable[..., Iterator[dict]]] = {
 
 def chat_to_text(conversation: list[dict]) -> str:
     """Stage-2 pretraining text from a chat (SPEC.md section 2): each message's content stripped, plus "\\n", no role
-    tags. The pretraining packer adds the EOS between documents."""
-    return "".join(str(m["content"]).strip() + "\n" for m in conversation)
+    tags. The pretraining packer adds the EOS between documents. A content that is not a string (a number, a list)
+    is a `ValueError` saying what it is: its Python repr is not the text of a chat."""
+    for i, m in enumerate(conversation):
+        if not isinstance(m["content"], str):
+            shown = repr(m["content"])
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise ValueError(f"message {i}'s content is {type(m['content']).__name__} ({shown}), not text")
+    return "".join(m["content"].strip() + "\n" for m in conversation)

@@ -27,7 +27,7 @@ from instella_recipes.data.sources import (
     repeat_indices,
 )
 
-from .converters import CONVERTERS, MMLU_DATA_SEED, SEQUENTIAL_CONVERTERS
+from .converters import CONVERTERS, MMLU_DATA_SEED, ROW_FILTERS, SEQUENTIAL_CONVERTERS
 
 
 def parse_source(index: int, raw, default_converter: str) -> SourceSpec:
@@ -96,6 +96,9 @@ def build_mixture(
         dataset = load_rows(source, num_proc=num_proc)
         if source.filters:
             dataset = dataset.filter(make_filter(source.filters), batched=True, num_proc=num_proc)
+        if source.converter in ROW_FILTERS:  # the converter's own rule (AM-DeepSeek-R1-Distilled: English only)
+            keep = ROW_FILTERS[source.converter]
+            dataset = dataset.filter(keep, num_proc=num_proc, desc=f"{source.converter}: {keep.__name__}")
         if len(dataset) == 0:
             raise RecipeError(f"source {source.path} ({source.split}) has no rows")
         if source.max_samples is not None and source.max_samples < len(dataset):

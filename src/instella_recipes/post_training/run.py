@@ -59,6 +59,10 @@ class PostTrainingSettings(StageSettings):
     max_skip_fraction: float = field(
         default=0.01, metadata={"role": LAUNCH, "help": "Error if more rows than this are skipped."}
     )
+    allow_no_signal: bool = field(
+        default=False,
+        metadata={"role": LAUNCH, "help": "Train even when no row carries a training signal (checks.py)."},
+    )
     merge_lora: bool = field(
         default=True, metadata={"role": RUN, "help": "With LoRA: merge into full weights in output_dir."}
     )
@@ -252,7 +256,7 @@ class PostTrainingStage(Stage):
             )  # fmt: skip
             train, report = self.prepare(cap_rows(mixture, args), tokenizer)
         logger.info(report.summary())
-        report.check(args.max_skip_fraction)
+        report.check(args.max_skip_fraction, args.allow_no_signal)
         per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
         check_training_length(
             args.max_steps, args.num_train_epochs, len(train), per_step * readers(args), "rows of the mixture"

@@ -31,8 +31,9 @@ from instella_recipes.trainer.sequence_parallel import (
 from instella_recipes.trainer.settings import RUN
 from instella_recipes.trainer.stage import run_stage
 
+from .loss import LossReductionMixin, check_loss_reduction
 from .run import CheckedModelConfig, PostTrainingSettings, PostTrainingStage, check_rope_theta
-from .tokenization import check_truncation_mode, prepare_sft_dataset
+from .tokenization import check_row_format, check_truncation_mode, prepare_sft_dataset
 
 # What the summed token cross-entropy is divided by: the label tokens (TRL's) or every input token, masked ones too
 # (the authors' Instella-Long SFT: `batch['input_ids'].numel() / seq_parallel_size`, instella/train.py L869-872).
@@ -42,12 +43,23 @@ SFT_LOSS_NORMALIZERS = ("label_tokens", "input_tokens")
 @dataclass
 class CheckedSFTConfig(PostTrainingSettings, SequenceParallelArguments, SFTConfig):
     """SFT's settings: TRL's SFTConfig, its numeric fields range-checked at parse time (`core.checks`: without it SFT
-    `max_length -1` silently drops every row's closing EOS label), with the post-training fields and the FSDP reduce
-    dtype."""
+    `max_length -1` silently drops every row's closing EOS label), with the post-training fields, the FSDP reduce
+    dtype, the row format and the loss reduction."""
 
     fsdp_reduce_dtype: str | None = field(
         default="float32",
         metadata={"role": RUN, "help": "FSDP with bf16: gradient reduce dtype (authors: float32); null: bf16."},
+    )
+    row_format: str = field(
+        default="instella",
+        metadata={
+            "role": RUN,
+            "help": "instella (prepare_sft_data.py rows) | open_instruct (finetune.py encode_sft_example).",
+        },
+    )
+    loss_reduction: str = field(
+        default="mean",
+        metadata={"role": RUN, "help": "mean (label-token mean) | sum (open-instruct reduce_loss: sum)."},
     )
 
     loss_normalizer: str = field(
@@ -74,16 +86,23 @@ class CheckedSFTConfig(PostTrainingSettings, SequenceParallelArguments, SFTConfi
         check_choice("loss_normalizer", self.loss_normalizer, SFT_LOSS_NORMALIZERS)
         if self.fsdp_reduce_dtype is not None:
             check_choice("fsdp_reduce_dtype", self.fsdp_reduce_dtype, ("float32", "bfloat16"))
+        check_row_format(self.row_format)
+        check_loss_reduction(self.loss_reduction, self.average_tokens_across_devices)
         check_truncation_mode(self.truncation_mode)
         super().__post_init__()
 
 
 class InstellaSFTTrainer(
-    SequenceParallelMixin, ContinueOptimizerStateMixin, FSDPReduceDtypeMixin, InstellaOptimMixin, SFTTrainer
+    SequenceParallelMixin,
+    ContinueOptimizerStateMixin,
+    FSDPReduceDtypeMixin,
+    InstellaOptimMixin,
+    LossReductionMixin,
+    SFTTrainer,
 ):
     """SFTTrainer with Instella's optimizer settings and LR schedule, under FSDP + bf16 the gradients reduced in
-    fp32 (the authors' `fsdp.precision: mixed`), Ulysses sequence parallelism (`sequence_parallel=`) and another
-    run's AdamW moments (`optimizer_state_from=`)."""
+    fp32 (the authors' `fsdp.precision: mixed`), Ulysses sequence parallelism (`sequence_parallel=`), another
+    run's AdamW moments (`optimizer_state_from=`) and the loss reduction of `loss.py`."""
 
     def __init__(self, *args, fsdp_reduce_dtype: str | None = "float32", **kwargs):
         self.fsdp_reduce_dtype = fsdp_reduce_dtype
@@ -129,7 +148,9 @@ class SFTStage(PostTrainingStage):
 
     def prepare(self, mixture, tokenizer):
         args = self.args
-        return prepare_sft_dataset(mixture, tokenizer, args.max_length, args.overlong, args.dataset_num_proc)
+        return prepare_sft_dataset(
+            mixture, tokenizer, args.max_length, args.overlong, args.dataset_num_proc, row_format=args.row_format
+        )
 
     def trainer_kwargs(self) -> dict:
         return {
@@ -137,6 +158,7 @@ class SFTStage(PostTrainingStage):
             "sequence_parallel": self.sequence_parallel,
             "count_input_tokens": self.args.loss_normalizer == "input_tokens",
             "optimizer_state_from": self.optimizer_state,
+            "loss_reduction": self.args.loss_reduction,
         }
 
 

@@ -10,13 +10,15 @@ Isolation is the kernel's, set up by bubblewrap (Debian package `bubblewrap`), n
   leased per run, `uids.py`: two runs on a host never share one), and no_new_privs (set by bubblewrap), so no
   setuid binary or file capability can give any back,
 - per program (in `worker.py`): a forked child with rlimits on address space, CPU time, processes,
-  file size and open files, a wall-clock limit, an output cap, and its process group killed at the end.
+  file size and open files, a seccomp filter (sockets, exec, ptrace kill it), a wall-clock limit, an output cap, and
+  its process group killed at the end.
 
 The verdict cannot be forged by the program (see worker.py): the host's pipes to a worker are held only by
 that worker, which no program can open through /proc, ptrace or signal (another uid as root; not dumpable and
 its namespace's init otherwise), and each reply must carry the id of its request. Inside, what the program's process
 writes on its result pipe counts only if the run ended the harness's way with exactly one record per call; a program
-that writes records of its own is reported `tampered`.
+that writes records of its own is reported `tampered`, and a forbidden action is judged from outside the
+program's process (the kernel's SIGSYS, the audit hook's exit status), never from a record it could write.
 
 Without bubblewrap the pool refuses to start (`SandboxUnavailable`) unless the caller explicitly chooses
 `mode="rlimits-only"`, which keeps the per-program rlimits, uid drop and audit hook but has NO filesystem or

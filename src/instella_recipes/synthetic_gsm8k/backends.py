@@ -10,6 +10,7 @@ that carries the error's text; the pipeline leaves that seed's step undone, so t
   no remote-code question; any other model with its own code needs `trust_remote_code: true` in the recipe.
 """
 
+import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -89,6 +90,8 @@ class OpenAIBackend:
             except self.openai.OpenAIError as err:  # after the client's own retries
                 where = f" ({self.base_url})" if isinstance(err, self.openai.APIConnectionError) else ""
                 return Failed(f"{type(err).__name__}: {err}{where}")
+            except json.JSONDecodeError as err:  # a body labelled JSON that is not (an HTML error page, ...)
+                return Failed(_not_a_completion(self.client.base_url, err.doc))
             if not hasattr(completion, "choices"):  # the client hands back the body of a non-JSON answer as text
                 return Failed(_not_a_completion(self.client.base_url, completion))
             replies += [choice.message.content or "" for choice in completion.choices or []]

@@ -156,6 +156,26 @@ class BackendFailed(RuntimeError):
     the seeds it left undone). The entry point prints it and exits 1."""
 
 
+class NothingSolved(RuntimeError):
+    """Every seed problem was tried and none was solved (the model's replies were all rejected): an empty dataset is
+    no output, so nothing is written but the journals. The entry point prints it and exits 1."""
+
+
+def _check_solved(states: list, seed_rejections: Counter) -> None:
+    """Raise `NothingSolved`, naming the most common rejections, when no seed problem was solved."""
+    if any(s.status == "solved" for s in states):
+        return
+    rejections = Counter(seed_rejections)
+    for state in states:
+        rejections.update(state.rejections)
+    top = ", ".join(f"{reason} {count}" for reason, count in rejections.most_common(3)) or "none recorded"
+    raise NothingSolved(
+        f"no seed problem was solved ({len(states)} tried; most common rejections: {top}), so there is no dataset "
+        f"and no manifest: check the model and its server (a model this small or this wrong answers nothing usable), "
+        f"then run again into a new output_dir (or with --overwrite true: the journals keep these rejections)"
+    )
+
+
 def _check_backend(deferred: dict[str, str], states: list, max_fraction: float) -> None:
     """Raise `BackendFailed` (with the first error's text) when backend errors left more than `max_fraction` of the
     seed problems undone, or left no seed solved."""
@@ -349,6 +369,7 @@ def _run_locked(args, output_dir, states, seed_rejections, n_rows, backend, pool
             if own_pool:
                 pool.close()
         _check_backend(generator.deferred, states, args.max_backend_error_fraction)
+    _check_solved(states, seed_rejections)
     return finish(args, output_dir, states, seed_rejections, n_rows)
 
 
@@ -403,12 +424,12 @@ def format_summary(summary: dict) -> str:
 @exit_on_recipe_error
 def main(argv: list[str] | None = None) -> int:
     """`scripts/synthetic_gsm8k.py`: exit 0 done, 2 bad input (before any work), 1 the model server failed too often
-    (the same command retries the seeds it left undone)."""
+    (the same command retries the seeds it left undone) or no seed problem was solved (no dataset)."""
     (args,) = parse_recipe([SyntheticGSM8KArguments], argv)
     setup_logging()
     try:
         summary = run(args)
-    except BackendFailed as err:
+    except (BackendFailed, NothingSolved) as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(1) from None
     print(format_summary(summary))

@@ -49,6 +49,7 @@ from instella_recipes.core import (
     resolved_arguments,
     write_manifest,
 )
+from instella_recipes.data.token_files import describe_data_change
 from instella_recipes.trainer.callbacks import PreemptionCallback
 from instella_recipes.trainer.checkpoints import STAGING, complete_checkpoints, resolve_resume
 from instella_recipes.trainer.settings import DATA, RUN, field_roles, values_with_role
@@ -121,6 +122,11 @@ class Stage:
         """A digest of the training data that stands for its `data` fields in the identity (None: the fields)."""
         return None
 
+    def data_files(self, data) -> list | None:
+        """Per-file identities of the training data (`[name, size, content digest]`), kept beside the fingerprint so
+        a refused resume can name the file that changed (None: no such list)."""
+        return None
+
     def identity(self, data) -> dict:
         """What makes this run this run (compared against the folder's run.json and manifest): every `run` field
         (`trainer/settings.py`), the `data` fields or the data fingerprint, and the global batch (not its split: a
@@ -136,6 +142,9 @@ class Stage:
         )
         identity = json.loads(json.dumps(identity, sort_keys=True, default=_plain))
         identity["fingerprint"] = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+        files = self.data_files(data)
+        if files:  # not part of the fingerprint (the data fingerprint covers them): only to name what changed
+            identity["data_files"] = files
         return identity
 
     def after_train(self, trainer) -> None:
@@ -261,10 +270,12 @@ def check_run_dir(name: str, output_dir: Path, identity: dict, overwrite: bool =
     if run_file.is_file():
         previous = json.loads(run_file.read_text())
         if previous.get("fingerprint") != identity["fingerprint"]:
-            changed = sorted(k for k in identity if k != "fingerprint" and previous.get(k) != identity[k])
+            details = ("fingerprint", "data_files")
+            changed = sorted(k for k in identity if k not in details and previous.get(k) != identity[k])
+            detail = describe_data_change(previous.get("data_files"), identity.get("data_files"))
             raise RecipeError(
-                f"output_dir {output_dir} holds checkpoints of a different run (changed: {', '.join(changed)}); "
-                f"resume with the same recipe or choose another output_dir"
+                f"output_dir {output_dir} holds checkpoints of a different run (changed: {', '.join(changed)}"
+                f"{detail}); resume with the same recipe and data or choose another output_dir"
             )
     elif complete_checkpoints(output_dir):
         raise RecipeError(

@@ -29,13 +29,17 @@ from instella_recipes.core import (
     file_digest,
     get_logger,
     parse_recipe,
-    require_complete,
     setup_logging,
 )
 from instella_recipes.core.checks import check_model_config
 from instella_recipes.core.variables import fill_placeholders
+from instella_recipes.data.integrity import require_verified
 from instella_recipes.data.packing import PackedWindows
-from instella_recipes.data.token_files import OLMoOrderSampler, TokenFiles, token_files_from_args
+from instella_recipes.data.token_files import (
+    OLMoOrderSampler,
+    TokenFiles,
+    token_files_from_args,
+)
 from instella_recipes.data.tokenizer import load_tokenizer
 from instella_recipes.trainer.checks import check_global_batch, check_tokenizer_fits, fit_accumulation
 from instella_recipes.trainer.optim import check_schedule_kwargs
@@ -240,7 +244,7 @@ def _data_and_tokenizer(script: PretrainArguments):
         )
     if script.data_paths:
         return _token_files_and_tokenizer(script)
-    data_manifest = require_complete(script.data_dir, "data_dir")
+    data_manifest = require_verified(script.data_dir, "data_dir")  # checksums through the cache (data/integrity.py)
     if data_manifest.get("stage") != "prepare_data":
         raise RecipeError(f"data_dir {script.data_dir} is a '{data_manifest.get('stage')}' output, not prepare_data")
     dataset = PackedWindows(
@@ -276,8 +280,9 @@ def _token_files_and_tokenizer(script: PretrainArguments):
     )  # fmt: skip
     if len(dataset) == 0:
         raise RecipeError(f"data_paths: none of the {len(entries)} token files holds {script.seq_len} tokens")
-    items = json.dumps(dataset.fingerprint_items(entries)).encode()
-    data_manifest = {"fingerprint": hashlib.sha256(items).hexdigest(), "instances": len(dataset)}
+    items = dataset.fingerprint_items(entries)
+    data_manifest = {"fingerprint": hashlib.sha256(json.dumps(items).encode()).hexdigest(), "instances": len(dataset),
+                     "files": items[1:]}  # fmt: skip
     return dataset, data_manifest, tokenizer
 
 
@@ -453,6 +458,9 @@ class PretrainStage(Stage):
 
     def data_fingerprint(self, data: PretrainData) -> str | None:
         return data.manifest.get("fingerprint")
+
+    def data_files(self, data: PretrainData) -> list | None:
+        return data.manifest.get("files")
 
     def build_model(self, data: PretrainData):
         model, self.plugin_callbacks = _build_model_and_callbacks(self.args, data.dataset, data.tokenizer)

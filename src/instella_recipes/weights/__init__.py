@@ -4,7 +4,14 @@ wrapper that names a checkpoint which does not fit its config (`model_folder`), 
 device for shapes and parameter counts (`meta_model`)."""
 
 from .meta_model import build_meta_model
-from .model_folder import check_model_folder, check_tokenizer_folder, load_pretrained, looks_like_hub_id
+from .model_folder import (
+    check_hub_model,
+    check_model_folder,
+    check_tokenizer_folder,
+    check_tokenizer_path,
+    load_pretrained,
+    looks_like_hub_id,
+)
 from .safetensors_io import check_finite, check_model_finite, check_readable
 
 __all__ = [
@@ -13,7 +20,9 @@ __all__ = [
     "check_model_finite",
     "check_model_folder",
     "check_readable",
+    "check_hub_model",
     "check_tokenizer_folder",
+    "check_tokenizer_path",
     "load_pretrained",
     "looks_like_hub_id",
 ]

@@ -27,6 +27,7 @@ def check_model_folder(path: str | Path | None, what: str = "model folder", allo
         )
     path = check_path_length(path, what)
     if allow_hub_id and looks_like_hub_id(str(path)):
+        check_hub_model(str(path), what)
         return path
     if not path.exists():
         raise RecipeError(f"{what} {path} does not exist: run the stage that makes it first, or fix the path")
@@ -40,8 +41,81 @@ def check_model_folder(path: str | Path | None, what: str = "model folder", allo
     manifest = read_manifest(path)
     if manifest is not None:  # a stage output: its files as the stage wrote them
         verify_files(path, manifest, what)
+    else:
+        check_not_unfinished(path, what)
     check_readable(path)
     return path
+
+
+# What this project's training stages write into their output folder before its manifest (the manifest comes last):
+# pretraining's run pin (training/pretrain.py RUN_FILE), post-training's data report, checkpoints and the staging
+# folder they are written in (trainer/checkpoints.py). A folder with one of them but no manifest is a stage that has
+# not finished; another tool's save_pretrained folder has none of them.
+RUN_FILES = ("run.json", "data_report.json", ".staging")
+
+
+def check_not_unfinished(path: Path, what: str = "model folder") -> None:
+    """A `RecipeError` for a model folder that holds this project's run files (`RUN_FILES`, `checkpoint-*`) but no
+    manifest.json: a stage that was interrupted or is still running, whose weights may be any step's. A folder made
+    elsewhere (none of those files) is used as it is."""
+    found = [name for name in RUN_FILES if (path / name).exists()]
+    found += sorted(p.name for p in path.glob("checkpoint-*") if p.is_dir())[:2]
+    if found:
+        raise RecipeError(
+            f"{what} {path} is an unfinished stage output: it holds this project's run files ({', '.join(found)}) "
+            f"but no manifest.json (written last, when a stage finishes): run that stage again to finish it (it "
+            f"resumes), or point to a finished folder"
+        )
+
+
+def check_hub_model(name: str, what: str = "model", revision: str | None = None) -> None:
+    """A Hub model id that resolves: its config.json is fetched (or found in the local cache offline) now, so a typo
+    or an unreachable Hub is one `RecipeError` before any work, as for datasets, not the loader's traceback. A
+    name that is neither a local folder nor a Hub model is said to be both."""
+    # imported here: only Hub ids need them
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    try:
+        hf_hub_download(name, "config.json", revision=revision)
+    except GatedRepoError:
+        raise RecipeError(
+            f"{what} {name}: a gated model on the Hub: accept its terms on its page, then `hf auth login`"
+        ) from None
+    except RepositoryNotFoundError:
+        raise RecipeError(
+            f"{what} {name}: no local folder of that name, and no model of that name on the Hugging Face Hub (a typo? "
+            f"a private model needs `hf auth login`)"
+        ) from None
+    except RevisionNotFoundError:
+        raise RecipeError(f"{what} {name}: the Hub model has no revision {revision!r}") from None
+    except LocalEntryNotFoundError:  # before EntryNotFoundError, its base class
+        raise RecipeError(
+            f"{what} {name}: no local folder of that name, and the Hub cannot be reached (offline, HF_HUB_OFFLINE=1, "
+            f"or no network) with nothing of it in the local cache: fix the path, or download the model first"
+        ) from None
+    except EntryNotFoundError:
+        raise RecipeError(f"{what} {name}: the Hub repository has no config.json (not a transformers model)") from None
+    except HfHubHTTPError as err:
+        raise RecipeError(f"{what} {name}: the Hugging Face Hub answered {_first_line(str(err))}") from None
+
+
+def check_tokenizer_path(path: str | Path, what: str = "tokenizer_name_or_path") -> None:
+    """A tokenizer given as a local path must exist (a typo of a folder is not a Hub id: the Hub's "Repo id must be
+    in the form ..." names no fix); a Hub id is checked as a model is (`check_hub_model`)."""
+    if looks_like_hub_id(str(path)):
+        check_hub_model(str(path), what)
+    elif not Path(path).exists():
+        raise RecipeError(f"{what} {path}: folder does not exist: fix the path, or run the stage that makes it first")
+    else:
+        check_tokenizer_folder(path, what)
 
 
 def check_tokenizer_folder(path: str | Path, what: str = "model folder", fix: str = "") -> None:

@@ -101,3 +101,21 @@ def test_mismatched_inputs_are_refused(seeds, tmp_path, capsys, tiny_tokenizer):
         main(["--inputs", str(seeds[0]), str(missing_key), "--output_dir", str(tmp_path / "o2")])
     assert "hold different tensors" in capsys.readouterr().err
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
+def test_a_float32_and_a_bfloat16_input_need_dtype(seeds, tmp_path, capsys):
+    """Issue 32: mixed dtypes are refused (the output's dtype would be a guess); with --dtype the mean is taken in
+    float32 and written in that dtype."""
+    bf16 = tmp_path / "bf16"
+    shutil.copytree(seeds[1], bf16)
+    state = {k: v.to(torch.bfloat16) for k, v in load_file(bf16 / "model.safetensors").items()}
+    save_file(state, str(bf16 / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(SystemExit) as exc:
+        main(["--inputs", str(seeds[0]), str(bf16), "--output_dir", str(tmp_path / "o")])
+    assert exc.value.code == 2 and "pass --dtype float32 or --dtype bfloat16" in capsys.readouterr().err
+    out = tmp_path / "merged"
+    assert main(["--inputs", str(seeds[0]), str(bf16), "--output_dir", str(out), "--dtype", "bfloat16"]) == 0
+    merged, first = load_file(out / "model.safetensors"), load_file(seeds[0] / "model.safetensors")
+    key = "model.norm.weight"
+    expected = ((first[key] + state[key].float()) / 2).to(torch.bfloat16)
+    assert merged[key].dtype == torch.bfloat16 and torch.equal(merged[key], expected)

@@ -131,6 +131,8 @@ PAIR = {
     "rejected": [{"role": "user", "content": "2 + 3?"}, {"role": "assistant", "content": "6"}],
 }
 
+EMPTY_ANSWER = {"messages": [{"role": "user", "content": "2 + 3?"}, {"role": "assistant", "content": ""}]}
+
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, tiny_tokenizer):
@@ -161,6 +163,8 @@ def world(tmp_path_factory, tiny_tokenizer):
         "pairs": "\n".join([json.dumps(PAIR)] * 8) + "\n",
         "broken_chat": json.dumps(CHAT) + "\n" + '{"messages": [{"role": "user", "content": "x"}\n',
         "broken_pairs": json.dumps(PAIR) + "\nnot json at all\n",
+        "empty_answers": "\n".join([json.dumps(EMPTY_ANSWER)] * 8) + "\n",
+        "same_pairs": "\n".join([json.dumps({"chosen": PAIR["chosen"], "rejected": PAIR["chosen"]})] * 8) + "\n",
     }
     paths = {}
     for name, text in files.items():
@@ -176,7 +180,22 @@ def world(tmp_path_factory, tiny_tokenizer):
     world = {"root": root, "model": model, **{f"model_{k}": v for k, v in damaged.items()}, **paths,
              "data": prepare_tiny(root / "data")}  # fmt: skip
     world.update(_issue24_world(root, model, world["data"]))
+    world.update(_unfinished_world(root, model))
     return world
+
+
+def _unfinished_world(root, model) -> dict:
+    """Issue 32: model folders of stages that did not finish (this project's run files, no manifest): SFT killed
+    after writing its weights and data report, pretraining with its run pin and a checkpoint."""
+    sft = root / "unfinished_sft"
+    shutil.copytree(model, sft)
+    (sft / "data_report.json").write_text("{}\n")
+    (sft / "trainer_state.json").write_text('{"global_step": 1}\n')
+    pretrain = root / "unfinished_pretrain"
+    shutil.copytree(model, pretrain)
+    (pretrain / "run.json").write_text("{}\n")
+    shutil.copytree(model, pretrain / "checkpoint-2")
+    return {"unfinished_sft": sft, "unfinished_pretrain": pretrain}
 
 
 LONG = "x" * 300  # one path component over NAME_MAX (255 bytes on Linux filesystems)
@@ -238,7 +257,69 @@ def _issue24_world(root, model, data) -> dict:
         out[name].write_text(text)
     out["model_config"] = lambda **fields: json.dumps({**TINY_MODEL, **fields})
     out.update(_olmo_world(root))
+    out.update(_issue32_world(root, model, out["olmo_docs"]))
     return out
+
+
+def _issue32_world(root, model, docs) -> dict:
+    """Issue 32's data: an interrupted `data_paths` run whose token file was then rewritten (same name and size,
+    other tokens); olmo-layout token files with a byte flipped after their manifest (prepared by hand, and by
+    `prepare_data`); a folder and a symbolic-link loop listed as token files."""
+    import os
+
+    import numpy as np
+
+    from instella_recipes.core import write_manifest
+    from instella_recipes.data.prepare import main as prepare_main
+    from instella_recipes.training.pretrain import main as pretrain_main
+
+    out = {"resume_tokens": root / "resume_tokens" / "part-0-00000.npy", "resumed_run": root / "resumed_run"}
+    out["resume_tokens"].parent.mkdir()
+    tokens = np.arange(2, 502, dtype="<u2")
+    tokens.tofile(out["resume_tokens"])
+    argv = _tokens({"model": model, "root": root}, out["resumed_run"], out["resume_tokens"], save_steps=2)
+    assert pretrain_main([str(a) for a in argv]) == 0
+    (out["resumed_run"] / "manifest.json").unlink()  # interrupted after its checkpoint-2
+    tokens[::-1].copy().tofile(out["resume_tokens"])  # same name and size, other tokens
+    flipped = root / "flipped_tokens"
+    flipped.mkdir()
+    np.arange(2, 502, dtype="<u2").tofile(flipped / "part-0-00000.npy")
+    write_manifest(flipped, "prepare_data", layout="olmo")
+    _flip_byte(flipped / "part-0-00000.npy", 300)
+    out["flipped_tokens"] = flipped / "part-0-00000.npy"
+    out["prepared_olmo"] = root / "prepared_olmo"
+    assert prepare_main([str(a) for a in _olmo(out["prepared_olmo"], docs)]) == 0
+    _flip_byte(next((out["prepared_olmo"] / "s").glob("part-*.npy")), 5)
+    late = np.arange(131072, dtype="<u2") % 500 + 2  # ids beyond the tokenizer outside the start-up check's samples
+    late[32768:49152] = late[81920:98304] = 600  # (head, middle and tail 32768 tokens: 0, 49152 and 98304)
+    out["late_bad_ids"] = root / "late_bad_ids.npy"
+    late.tofile(out["late_bad_ids"])
+    nonstring = {"messages": [{"role": "user", "content": 12345}, {"role": "assistant", "content": "5"}]}
+    out["nonstring_chat"] = root / "nonstring_chat.jsonl"
+    out["nonstring_chat"].write_text(json.dumps(nonstring) + "\n")
+    out["eval_truncated"] = root / "results_2026-11-26T00-00-00.json"
+    out["eval_truncated"].write_text('{"results": {"tiny_world_mc": {"acc,none": 0.5')
+    out["eval_nan"] = root / "results_nan.json"
+    nan = {
+        "tiny_world_mc": {"acc,none": float("nan"), "acc_stderr,none": float("nan")},
+        "tiny_world_arithmetic": {"exact_match,strict-match": 0.5, "exact_match_stderr,strict-match": 0.1},
+    }
+    out["eval_nan"].write_text(json.dumps({"results": nan}))  # json writes NaN, as lm-eval's results files hold it
+    out["model_bf16"] = root / "model_bf16"
+    shutil.copytree(model, out["model_bf16"])
+    state = {k: v.to(torch.bfloat16) for k, v in load_file(model / "model.safetensors").items()}
+    save_file(state, str(out["model_bf16"] / "model.safetensors"), metadata={"format": "pt"})
+    links = root / "links"
+    (links / "a_folder.npy").mkdir(parents=True)
+    os.symlink("loop.npy", links / "loop.npy")
+    out.update({"token_folder": links / "a_folder.npy", "token_loop": links / "loop.npy"})
+    return out
+
+
+def _flip_byte(path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
 
 
 def _olmo_world(root) -> dict:
@@ -479,6 +560,27 @@ BAD_INPUTS = [
     ("pretrain-token-file-cut-after-its-manifest", "pretrain", lambda w, o: _tokens(w, o, w["olmo_cut"], root="olmo_tokens"), "olmo_cut.txt:2: token file {root}/olmo_tokens/sub/part-1-00000.npy is 996 bytes, the manifest.json beside it says 998"),  # noqa: E501
     ("pretrain-token-file-added-after-its-manifest", "pretrain", lambda w, o: _tokens(w, o, w["olmo_added"], root="olmo_tokens"), "part-9-00000.npy is not one of the files the manifest.json beside it describes"),  # noqa: E501
     ("syn-into-complete-synthetic", "synthetic_gsm8k", lambda w, o: _syn(w, w["complete_synthetic_gsm8k"]), "holds a complete 'synthetic_gsm8k' output"),  # noqa: E501
+    # --- issue 32: data that cannot change under a resume, every checksum checked ---
+    ("pretrain-resume-on-rewritten-token-files", "pretrain", lambda w, o: _tokens(w, w["resumed_run"], w["resume_tokens"], save_steps=2), "data_paths: token file {root}/resume_tokens/part-0-00000.npy has other contents than when the checkpoints were written (same size, other tokens)"),  # noqa: E501
+    ("pretrain-token-file-flipped-byte", "pretrain", lambda w, o: _tokens(w, o, w["flipped_tokens"]), "flipped_tokens/part-0-00000.npy does not match the checksum in the manifest.json beside it"),  # noqa: E501
+    ("prepare-olmo-rerun-on-flipped-byte", "prepare_data", lambda w, o: _olmo(w["prepared_olmo"], w["olmo_docs"]), "part-0-00000.npy does not match the checksum in the manifest.json beside it"),  # noqa: E501
+    ("pretrain-token-path-is-a-folder", "pretrain", lambda w, o: _tokens(w, o, w["token_folder"]), "a_folder.npy is a folder, not a token file"),  # noqa: E501
+    ("sft-no-row-with-a-signal", "sft", lambda w, o: _sft(w, o, source=w["empty_answers"]), "None of the 8 kept rows carries a training signal (every assistant message is empty in each)"),  # noqa: E501
+    ("dpo-no-row-with-a-signal", "dpo", lambda w, o: _dpo(w, o, source=w["same_pairs"]), "None of the 8 kept rows carries a training signal (chosen and rejected are the same in each)"),  # noqa: E501
+    ("pretrain-token-id-beyond-vocab-after-start", "pretrain", lambda w, o: _tokens(w, o, w["late_bad_ids"], max_steps=5), "late_bad_ids.npy: an id >= the tokenizer's 512 ids in tokens"),  # noqa: E501
+    ("chat-to-text-non-string-content", "chat_to_text", lambda w, o: ["--sources", w["nonstring_chat"], "--output", o / "text.jsonl"], "message 0's content is int (12345), not text"),  # noqa: E501
+    ("eval-report-truncated-results", "eval_report", lambda w, o: ["--suite", "tiny_world", "--results", w["eval_truncated"], "--output_dir", o], "results_2026-11-26T00-00-00.json: not a readable lm-eval result file"),  # noqa: E501
+    ("merge-float32-with-bfloat16", "merge", lambda w, o: ["--inputs", w["model"], w["model_bf16"], "--output_dir", o], "the inputs hold tensors in different dtypes (tensor lm_head.weight: float32 in {root}/model, bfloat16 in {root}/model_bf16): pass --dtype float32 or --dtype bfloat16"),  # noqa: E501
+    ("pretrain-token-path-symlink-loop", "pretrain", lambda w, o: _tokens(w, o, w["token_loop"]), "loop.npy is a symbolic link that loops"),  # noqa: E501
+    # --- issue 32: the first hour, second round ---
+    # a misspelled or unreachable Hub model id: one line, as for datasets (the tests run with HF_HUB_OFFLINE=1)
+    ("sft-hub-model-typo", "sft", lambda w, o: _sft(w, o, model="amd/Instela-3B"), "model_name_or_path amd/Instela-3B: no local folder of that name, and the Hub cannot be reached"),  # noqa: E501
+    # a typo in a tokenizer folder path: not the Hub's "Repo id must be in the form"
+    ("sft-tokenizer-folder-typo", "sft", lambda w, o: _sft(w, o, "--tokenizer_name_or_path", "runs/demo/mergee"), "tokenizer runs/demo/mergee: folder does not exist"),  # noqa: E501
+    # a half-written input model folder (our run files, no manifest) is unfinished, not "made elsewhere"
+    ("sft-from-unfinished-sft", "sft", lambda w, o: _sft(w, o, model=w["unfinished_sft"]), "unfinished_sft is an unfinished stage output: it holds this project's run files (data_report.json) but no manifest.json"),  # noqa: E501
+    ("stage2-from-unfinished-pretrain", "pretrain", lambda w, o: _stage2(w, o, w["unfinished_pretrain"]), "unfinished_pretrain is an unfinished stage output: it holds this project's run files (run.json, checkpoint-2)"),  # noqa: E501
+    ("prepare-tokenizer-folder-typo", "prepare_data", lambda w, o: ["--output_dir", str(o), "--sources", str(w["text"]), "--tokenizer", "runs/demo/tokenizr", "--seq_len", "16", "--num_proc", "1"], "tokenizer runs/demo/tokenizr: folder does not exist"),  # noqa: E501
 ]  # fmt: skip
 
 
@@ -510,6 +612,26 @@ def _snapshot(folder) -> dict | None:
     return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
 
 
+# Inputs that are not errors but must not pass silently: (id, entry point, argv builder, text on stdout, stderr or the
+# log). Each exits 0.
+NOTED_INPUTS = [
+    ("eval-report-nan-metric", "eval_report", lambda w, o: ["--suite", "tiny_world", "--results", w["eval_nan"], "--output_dir", o], "results_nan.json: tiny_world_mc is NaN (not a number: the metric could not be computed); shown as '-'"),  # noqa: E501
+    ("pipeline-bare-lm-eval-command", "pipeline", lambda w, o: ["--config", "recipes/tiny/pipeline.yaml", "--output_dir", o, "--dry_run"], "# note: `lm_eval` does not check {out}/stage1 against the checksums in its manifest.json (the pipeline does before it runs this stage); run by hand, check first: python scripts/verify_data.py --folders {out}/stage1"),  # noqa: E501
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("entry, build, expected", [c[1:] for c in NOTED_INPUTS], ids=[c[0] for c in NOTED_INPUTS])
+def test_a_doubtful_input_is_noted_in_one_line(world, tmp_path, capsys, caplog, entry, build, expected):
+    import importlib
+
+    main = importlib.import_module(f"instella_recipes.scripts.{entry}").main
+    out = tmp_path / "out"
+    assert main([str(a) for a in build(world, out)]) == 0
+    captured = capsys.readouterr()
+    text = captured.out + captured.err + caplog.text
+    assert expected.replace("{root}", str(world["root"])).replace("{out}", str(out)) in text, text[-3000:]
+
+
 def test_a_read_only_output_location_is_named_before_any_work(tmp_path, monkeypatch):
     """Root ignores folder permissions, so a read-only mount is simulated the way the kernel reports it: no W_OK."""
     import os
@@ -522,13 +644,17 @@ def test_a_read_only_output_location_is_named_before_any_work(tmp_path, monkeypa
 
 
 class _HTMLHandler(BaseHTTPRequestHandler):
-    """A web server's front page where an OpenAI-compatible API was expected (a proxy, a login page, a wrong port)."""
+    """A web server's front page where an OpenAI-compatible API was expected (a proxy, a login page, a wrong port).
+    `content_type` is what it claims to send: a gateway's error page labelled application/json made the client raise
+    a JSONDecodeError (issue 32)."""
+
+    content_type = "text/html"
 
     def do_POST(self):  # noqa: N802
         self.rfile.read(int(self.headers["Content-Length"]))
         body = b"<!DOCTYPE html><html><body><h1>Welcome to nginx!</h1></body></html>"
         self.send_response(200)
-        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Type", self.content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -537,14 +663,16 @@ class _HTMLHandler(BaseHTTPRequestHandler):
         pass
 
 
-def test_a_server_answering_html_is_one_line_naming_it(tmp_path, capsys):
+@pytest.mark.parametrize("content_type", ["text/html", "application/json"])
+def test_a_server_answering_html_is_one_line_naming_it(tmp_path, capsys, content_type):
     """Synthetic GSM8K against a server that answers HTML: exit 1 (the server failed, as in an outage), one line
-    naming the URL and what came back, no manifest or dataset."""
+    naming the URL and what came back, no manifest or dataset; also when the page is labelled JSON."""
     from instella_recipes.synthetic_gsm8k.backends import OpenAIBackend, Request
     from instella_recipes.synthetic_gsm8k.run import main as synthetic_main
     from tests.helpers.synthetic_fakes import SEEDS, bwrap_problem
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _HTMLHandler)
+    handler = type("Handler", (_HTMLHandler,), {"content_type": content_type})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     try:
@@ -565,3 +693,76 @@ def test_a_server_answering_html_is_one_line_naming_it(tmp_path, capsys):
     assert exit_info.value.code == 1 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
     assert f"the server at {url}/ answered a chat-completions request with HTML" in lines[0]
     assert not (out / "manifest.json").exists() and not list(out.glob("train.*"))
+
+
+class _UselessModelHandler(BaseHTTPRequestHandler):
+    """An OpenAI-compatible server whose model answers every request with nothing usable."""
+
+    def do_POST(self):  # noqa: N802
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        choices = [{"index": i, "message": {"role": "assistant", "content": "I do not know."}, "finish_reason": "stop"}
+                   for i in range(request.get("n") or 1)]  # fmt: skip
+        body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": choices})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+def test_no_seed_solved_is_exit_1_with_no_dataset(tmp_path, capsys):
+    """Issue 32: synthetic GSM8K whose model solves no seed problem exits 1 (as docs/synthetic_gsm8k.md says) with
+    one line naming the rejections, and writes no dataset and no manifest (it wrote an empty one, exit 0)."""
+    from instella_recipes.synthetic_gsm8k.run import main as synthetic_main
+    from tests.helpers.synthetic_fakes import SEEDS, bwrap_problem
+
+    if bwrap_problem() is not None:
+        pytest.skip(f"the entry point needs the sandbox: {bwrap_problem()}")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _UselessModelHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    out = tmp_path / "out"
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    argv = ["--seeds", str(SEEDS), "--output_dir", str(out), "--model", "m", "--max_seeds", "3", "--base_url", url,
+            "--max_retries", "0", "--sandbox_workers", "1"]  # fmt: skip
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            synthetic_main(argv)
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert exit_info.value.code == 1 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    assert "no seed problem was solved (3 tried; most common rejections: abstract_unparsable" in lines[0]
+    assert not (out / "manifest.json").exists() and not list(out.glob("train.*"))
+
+
+def _without_use_cpu(argv: list[str]) -> list[str]:
+    if "--use_cpu" in argv:
+        i = argv.index("--use_cpu")
+        argv = argv[:i] + argv[i + 2 :]
+    return argv
+
+
+@pytest.mark.parametrize(
+    "entry, build",
+    [("pretrain", lambda w, o: _without_use_cpu(_pretrain(w, o))), ("sft", lambda w, o: _without_use_cpu(_sft(w, o)))],
+)
+def test_several_cpu_processes_without_use_cpu_name_the_flag(world, tmp_path, capsys, monkeypatch, entry, build):
+    """Issue 32: `torchrun --nproc_per_node 2` on a machine without a GPU and without `--use_cpu true` failed with a
+    global-batch message (each process trained alone): one line naming the flag, exit 2, before any work."""
+    import importlib
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exit_info:
+        importlib.import_module(f"instella_recipes.scripts.{entry}").main([str(a) for a in build(world, tmp_path)])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert exit_info.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    assert "2 processes (WORLD_SIZE=2: torchrun or srun) on a machine without a GPU: add --use_cpu true" in lines[0]
+    assert not list(tmp_path.rglob("manifest.json"))

@@ -44,6 +44,31 @@ def test_gpu_recipe_on_a_cpu_machine_names_its_hardware_and_the_tiny_recipe(scri
     assert "use_cpu" not in err
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the message is for a machine without a GPU")
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        # issue 32: it told the user to run the recipe they had just run
+        (["--config", "recipes/tiny/sft.yaml", "--bf16", "yes"], "written for CPU (2 cores), and bf16 asks for a GPU "
+         "with bf16, which this machine does not have: leave bf16 as the recipe sets it (--bf16 false)"),
+        # issue 32: the hardware was cut at a comma inside its parentheses, and the hint named another recipe
+        (["--config", "recipes/instella-3b/finetune-lora-1gpu.yaml"], "written for 1 GPU with >= 16 GB (scripts/"
+         "sizing.py: 11.3 GB at 4 x 2048 tokens, bf16 base + LoRA r 16, activation checkpointing), and this machine "
+         'has no GPU with bf16: try the recipe on CPU first with the command under "Try it on CPU first" in '
+         "docs/finetune_one_gpu.md"),
+    ],
+)  # fmt: skip
+def test_bf16_on_a_cpu_machine_says_what_works_here(argv, expected, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit) as done:
+        importlib.import_module(STAGE_MODULES["sft"]).main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert done.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert expected in lines[0]
+    assert lines[0].count("(") == lines[0].count(")")
+
+
 def test_hardware_hint_without_a_recipe_file():
     assert "recipes/tiny/" in hardware_hint(None)
 

@@ -112,3 +112,18 @@ def test_the_token_list_is_read_against_the_manifests_beside_it(tmp_path):
     listing.write_text(listing.read_text() + "sub/part-9-00000.npy\n")
     with pytest.raises(RecipeError, match=r"list file .*token_files.txt is \d+ bytes, the manifest.json beside it"):
         read_path_list(str(listing), str(tmp_path / "out"))
+
+
+def test_a_damaged_folder_is_not_up_to_date_and_overwrite_writes_it_again(tmp_path):
+    """Issue 32: a rerun on a folder whose token file lost a bit after its manifest refuses it (naming the file)
+    instead of calling it "up to date"; with --overwrite true it writes the same bytes again."""
+    write_documents(tmp_path / "docs")
+    folder = _prepare(tmp_path / "docs", tmp_path / "out")
+    target = sorted(folder.glob("part-*.npy"))[0]
+    good = target.read_bytes()
+    target.write_bytes(bytes([good[0] ^ 1]) + good[1:])
+    with pytest.raises(SystemExit) as exit_info:
+        _prepare(tmp_path / "docs", tmp_path / "out")
+    assert exit_info.value.code == 2
+    _prepare(tmp_path / "docs", tmp_path / "out", "--overwrite", "true")
+    assert target.read_bytes() == good

@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from instella_recipes.core import RecipeError
-from instella_recipes.data.token_files import SAMPLE_TOKENS, TokenFiles, check_token_file, read_path_list
+from instella_recipes.data.token_files import (
+    SAMPLE_TOKENS,
+    TokenFiles,
+    TokenIdError,
+    check_token_file,
+    read_path_list,
+)
 
 
 def _write(path, n, seed=0):
@@ -58,6 +64,21 @@ def test_an_id_beyond_the_vocabulary_missed_by_the_start_up_sample_stops_the_rea
     )
     with pytest.raises(ValueError, match=rf"big.npy: an id >= the tokenizer's 512 ids .* \(instance {bad}\)"):
         dataset.__getitems__([0, bad])
+
+
+def test_an_id_beyond_the_vocabulary_read_by_a_dataloader_worker_is_one_line(tmp_path):
+    """torch re-raises a worker's exception with the worker's traceback in its message; the error keeps only the
+    original line (the entry point prints it as one `error:` line, exit 2)."""
+    path = _write(tmp_path / "big.npy", 256)
+    tokens = np.fromfile(path, dtype="<u2")
+    tokens[70] = 60000
+    tokens.tofile(path)
+    dataset = TokenFiles([path], seq_len=64, vocab_limit=512)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=1, collate_fn=TokenFiles.collate)
+    with pytest.raises(TokenIdError) as err:
+        next(iter(loader))
+    assert isinstance(err.value, RecipeError) and "\n" not in str(err.value)
+    assert str(err.value).startswith(f"token file {path}: an id >= the tokenizer's 512 ids in tokens 64..128")
 
 
 def test_collate_stacks_once_and_labels_are_input_ids(tmp_path):

@@ -110,3 +110,14 @@ def _expand_braces(token: str) -> list[str]:
     head, rest = token.split("{", 1)
     body, tail = rest.split("}", 1)
     return [head + item + tail for item in body.split(",")]
+
+
+def test_every_demo_stage_runs_with_one_thread():
+    """Issue 32: the demo's stages that the tiny training recipes do not cover (lm-eval, the speculative benchmark)
+    ran with torch's default threads, 10x slower on a loaded machine: every stage gets OMP_NUM_THREADS=1, and a stage
+    whose recipe sets torch_num_threads sets 1."""
+    pipeline = load_pipeline(ROOT / "recipes" / "tiny" / "pipeline.yaml")
+    for stage in pipeline.stages:
+        assert stage.resolved.env.get("OMP_NUM_THREADS") == "1", stage.name
+        if stage.recipe:
+            assert _recipe(ROOT / stage.recipe).get("torch_num_threads", 1) == 1, stage.name

@@ -90,7 +90,7 @@ def test_sft_bad_rows_are_skipped_and_counted(tok):
     data = Dataset.from_list([{"messages": m} for m in rows])
     kept, report = prepare_sft_dataset(data, tok, max_length=64, overlong="truncate")
     assert report.as_dict() == {
-        "rows": 5, "kept": 3, "truncated": 1, "skipped": {"no assistant turn": 1, "unknown role": 1},
+        "rows": 5, "kept": 3, "truncated": 1, "no_signal": 1, "skipped": {"no assistant turn": 1, "unknown role": 1},
     }  # fmt: skip
     assert len(kept) == 3 and all(len(ids) <= 64 for ids in kept["input_ids"])
     assert [t for t in kept[1]["labels"] if t != IGNORE_INDEX] == [tok.eos_token_id]  # the empty answer's EOS
@@ -126,7 +126,7 @@ def test_dpo_bad_pairs_are_skipped_and_counted(tok):
     ]
     kept, report = prepare_dpo_dataset(Dataset.from_list(rows), tok, max_length=64, overlong="truncate")
     assert report.as_dict() == {
-        "rows": 6, "kept": 4, "truncated": 1,
+        "rows": 6, "kept": 4, "truncated": 1, "no_signal": 1,
         "skipped": {"no scored token within max_length": 1, "unknown role": 1},
     }  # fmt: skip
     assert sorted(kept.column_names) == ["chosen_ids", "chosen_mask", "rejected_ids", "rejected_mask"]
@@ -235,3 +235,26 @@ def test_instella_recipes_match_the_published_settings():
     assert (t.learning_rate, t.warmup_steps, t.weight_decay, t.num_train_epochs, t.beta) == (5e-7, 0.1, 0.0, 1, 5.0)
     assert t.loss_type == ["dpo_norm"] and t.max_length == 2048 and t.gradient_checkpointing
     assert args.global_batch_size == 128 == t.per_device_train_batch_size * t.gradient_accumulation_steps * 8
+
+
+def test_rows_without_a_training_signal_are_kept_but_a_mixture_of_only_them_is_refused(tok, caplog):
+    """Issue 32: single rows without a signal (SFT: every answer empty; DPO: chosen == rejected) stay, as the
+    authors keep them; more than NO_SIGNAL_WARN of them is a warning; all of them an error unless allowed."""
+    from instella_recipes.post_training.checks import NO_SIGNAL_WARN
+
+    empty = [U, {"role": "assistant", "content": " "}]
+    _, report = prepare_sft_dataset(Dataset.from_list([{"messages": m} for m in [[U, A]] * 39 + [empty]]), tok, 64)
+    report.check(0.0)  # 1 of 40 (2.5%): kept, no warning
+    assert report.as_dict()["no_signal"] == 1 and "without a training signal: 1" in report.summary()
+    assert "carry no training signal" not in caplog.text
+    _, report = prepare_sft_dataset(Dataset.from_list([{"messages": m} for m in [[U, A], empty]]), tok, 64)
+    report.check(0.0)
+    assert f"more than {NO_SIGNAL_WARN:.0%}" in caplog.text  # 1 of 2
+    _, report = prepare_sft_dataset(Dataset.from_list([{"messages": empty}] * 3), tok, 64)
+    with pytest.raises(RecipeError, match=r"None of the 3 kept rows carries a training signal \(every assistant"):
+        report.check(0.0)
+    report.check(0.0, allow_no_signal=True)
+    same = {"prompt": [U], "chosen": [A], "rejected": [A]}
+    _, report = prepare_dpo_dataset(Dataset.from_list([same] * 2), tok, 64)
+    with pytest.raises(RecipeError, match=r"None of the 2 kept rows .* \(chosen and rejected are the same in each"):
+        report.check(0.0)

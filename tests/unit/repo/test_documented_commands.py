@@ -6,8 +6,9 @@ expanded, plus inline `python scripts/...` spans), so a new or edited line is ch
 - the tiny ones (a `recipes/tiny/` or `recipes/zaya1/tiny_*` recipe or the demo's model, the merge of the tiny
   seeds, sizing) run for
   real, in document order (docs/pretraining.md, then docs/post_training.md, then the rest) in a scratch folder, with
-  `--max_steps 2` added to training so the chain is quick; each one's inputs must come from an earlier command (they
-  use the demo's folders, `runs/demo/<stage>`, as `make demo` leaves them);
+  `--max_steps 2` added to training so the chain is quick; each one's inputs must come from an earlier command (the
+  by-hand chain writes its own folders, `runs/tiny/<stage>`; the pages after it read the demo's, `runs/demo/<stage>`,
+  as `make demo` leaves them);
 - the tiny pipeline commands run with `--dry_run` (the demo itself is tests/e2e/test_pipeline_e2e.py);
 - those that need a cluster, a GPU, the Hub or a placeholder (`<dir>`) parse as written: the script's own parser
   sees the documented flags and recipe (unknown flags and recipe keys are errors) and then `--help`;
@@ -87,9 +88,9 @@ def _is_tiny(script: str, args: list[str]) -> bool:
     if script == "sizing":
         return True
     if script == "merge":
-        return "runs/demo/" in text
+        return "runs/demo/" in text or "runs/tiny/" in text
     tiny_recipe = re.search(r"--config recipes/(tiny/|zaya1/tiny_)", text)
-    tiny_model = "--model_name_or_path runs/demo/" in text  # a cluster recipe on the demo's model (CPU check)
+    tiny_model = re.search(r"--model_name_or_path runs/(demo|tiny)/", text)  # a cluster recipe on a tiny model
     return bool(tiny_recipe or tiny_model) and "<" not in text
 
 

@@ -26,6 +26,7 @@ LAYERS = {
     "weights": 1,
     "data": 2,
     "sandbox": 2,
+    "rewards": 2,
     "trainer": 3,
     "training": 4,
     "post_training": 4,

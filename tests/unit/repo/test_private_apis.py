@@ -139,6 +139,36 @@ def test_sequence_parallel_loss_count_and_dataloader_list():
     )
 
 
+def test_trainer_num_items_in_batch_hook_and_sft_divisor():
+    """`loss_reduction: sum` (post_training/loss.py) returns 1 from `_get_num_items_in_batch`: the Trainer must
+    still ask that method for the divisor and hand it to compute_loss, and TRL's SFT loss must divide the token sum
+    by it; `loss_is_scaled_for_ga = False` must still make training_step divide by the accumulation steps."""
+    from transformers import Trainer
+    from trl import SFTTrainer
+
+    users = "LossReductionMixin (post_training/loss.py), SFT-2's summed loss"
+    _check(
+        _params(Trainer._get_num_items_in_batch) == ["self", "batch_samples", "device"]
+        and "self._get_num_items_in_batch(" in inspect.getsource(Trainer.get_batch_samples),
+        "transformers",
+        "Trainer.get_batch_samples -> self._get_num_items_in_batch(batch_samples, device)",
+        users,
+    )
+    _check(
+        "if self.loss_is_scaled_for_ga is not None:" in inspect.getsource(Trainer.training_step)
+        and "loss = loss / self.current_gradient_accumulation_steps" in inspect.getsource(Trainer.training_step),
+        "transformers",
+        "Trainer.training_step honours loss_is_scaled_for_ga (False: divide by the accumulation steps)",
+        users,
+    )
+    _check(
+        "per_token_loss.sum() / torch.as_tensor(num_tokens)" in inspect.getsource(SFTTrainer.compute_loss),
+        "trl",
+        "SFTTrainer.compute_loss divides the token sum by num_items_in_batch",
+        users,
+    )
+
+
 # --- TRL ------------------------------------------------------------------------------------------------------------
 def test_dpo_trainer_prepare_dataset_hook():
     from trl import DPOTrainer

@@ -245,15 +245,24 @@ def test_the_verdict_counts_only_a_whole_run_in_the_harness_own_records():
     record last, nothing else; exit status 0. Anything else fails every call of the run."""
     from instella_recipes.sandbox.worker import _reply, parse_records
 
-    ok, bad = b'{"ok": true, "value": 2}\n', b'{"ok": false, "reason": "exception", "detail": "E"}\n'
+    end0, end1, end2 = (b'{"end": %d}\n' % i for i in range(3))
+    ok0, ok1 = (b'{"ok": true, "value": 2}\n' + end for end in (end0, end1))
+    bad1 = b'{"ok": false, "reason": "exception", "detail": "E"}\n' + end1
     fatal = b'{"fatal_reason": "syntax_error", "detail": "x"}\n'
+    violation = b'{"violation": "forbidden_file", "detail": "open /etc/hostname"}\n'
     records = [{"ok": True, "value": 2}, {"ok": False, "reason": "exception", "detail": "E"}]
-    assert parse_records(ok + bad, 2) == (records, None)
-    assert parse_records(ok + fatal, 2)[1] == {"fatal_reason": "syntax_error", "detail": "x"}
+    assert parse_records(ok0 + bad1, 2) == (records, None)
+    assert parse_records(ok0 + fatal, 2)[1] == {"fatal_reason": "syntax_error", "detail": "x"}
+    ok, ok2 = ok0, b'{"ok": true, "value": 2}\n' + end2
     for forged in (
-        ok + ok + ok,  # a record too many
-        fatal + ok,  # a record after the fatal one
-        ok[:-1],  # a partial line
+        ok0 + ok1 + ok2,  # a record too many
+        fatal + ok0,  # a record after the fatal one
+        ok0[:-1],  # a partial line
+        b'{"ok": true, "value": 2}\n',  # a call record without the harness's end-of-call marker
+        ok0 + b'{"ok": true, "value": 2}\n',
+        ok0 + ok0,  # the marker of another call
+        end0 + ok0,  # a marker with no call
+        violation + ok0,  # a record after the violation
         b'{"ok": true, "value": NaN}\n',
         b'{"ok": true, "value": true}\n',
         b'{"ok": true, "value": 2, "note": 1}\n',
@@ -263,15 +272,73 @@ def test_the_verdict_counts_only_a_whole_run_in_the_harness_own_records():
     ):
         assert parse_records(forged, 2) is None, forged
     request = {"id": 7, "calls": [{}, {}]}
-    whole = _reply(request, ok + ok, b"", 0, None)
+    whole = _reply(request, ok0 + ok1, b"", 0, None)
     assert whole["reason"] is None and [r["value"] for r in whole["results"]] == [2, 2]
     for results, status, killed, reason in (
-        (ok + ok + ok, 0, None, "tampered"),
-        (ok + ok, 0, "timeout", "timeout"),  # records written before a kill are not believed
-        (ok + ok, 1 << 8, None, "crashed"),  # exit status 1
-        (ok + ok, 9, None, "cpu_limit"),  # SIGKILL (RLIMIT_CPU's hard limit)
-        (ok + fatal, 0, None, "syntax_error"),
-        (ok, 0, None, "crashed"),  # a call without its record
+        (ok0 + ok1 + ok2, 0, None, "tampered"),
+        (ok0 + ok1, 0, "timeout", "timeout"),  # records written before a kill are not believed
+        (ok0 + ok1, 1 << 8, None, "crashed"),  # exit status 1
+        (ok0 + ok1, 9, None, "cpu_limit"),  # SIGKILL (RLIMIT_CPU's hard limit)
+        (ok0 + fatal, 0, None, "syntax_error"),
+        (ok0, 0, None, "crashed"),  # a call without its record
+        (b'{"ok": true, "value": 2}\n', 0, None, "tampered"),  # the issue's forgery: one record, then exit 0
+        # the verdicts from outside the program: seccomp's SIGSYS, the audit hook's exit status (86)
+        (ok0 + ok1, 31, None, "forbidden_syscall"),
+        (ok0 + violation, 86 << 8, None, "forbidden_file"),
+        (ok0 + ok1, 86 << 8, None, "tampered"),  # the hook's record was kept off the pipe
+        (ok0 + violation, 0, None, "tampered"),  # a violation record without the hook's exit
     ):
         reply = _reply(request, results, b"", status, killed)
         assert reply["reason"] == reason and [r["ok"] for r in reply["results"]] == [False, False], reply
+
+
+# Issue 32's forgery: try a forbidden file and a socket, catch whatever the hook raises, write one well-formed
+# record on the result pipe and leave with exit status 0. The second writes the harness's end-of-call marker too
+# (nothing in the program's process is secret), the third first rebinds what a hook written naively would call.
+HIDE = "    try:\n        {}\n    except BaseException:\n        pass\n"
+FORGED_VERDICTS = {
+    "record_and_exit": b'{"ok": true, "value": 777}\n',
+    "record_marker_and_exit": b'{"ok": true, "value": 777}\n{"end": 0}\n',
+}
+HIDDEN_VIOLATION = (
+    "import os\ndef answer():\n"
+    + HIDE.format("open('/etc/hostname').read()")
+    + HIDE.format("import socket; socket.socket()")
+    + "    os.write(3, {record!r})\n    os._exit(0)\n"
+)
+REBIND = (
+    "import builtins, json, os, posixpath\n"
+    "builtins.any = lambda *a: True\nposixpath.abspath = os.path.abspath = lambda p: '/tmp'\n"
+    "json.dumps = lambda *a, **k: '{}'\n"
+)
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "rlimits-only"])
+@pytest.mark.parametrize("audit_hook", [True, False], ids=["hook", "kernel-only"])
+def test_a_program_that_tried_a_forbidden_action_cannot_forge_its_verdict(mode, audit_hook):
+    """The verdict about a forbidden action comes from outside the program's process: with the hook, the hook ends
+    the process at the first violation (exit status 86 and its record), before the program could catch anything;
+    without it, the kernel's seccomp filter kills the process at `socket()` (SIGSYS, seen by the worker). A call
+    record without the harness's end-of-call marker is tampering. None of them may come back `ok`."""
+    if mode == "bwrap" and BWRAP_PROBLEM is not None:
+        pytest.skip(str(BWRAP_PROBLEM))
+    programs = {name: HIDDEN_VIOLATION.format(record=record) for name, record in FORGED_VERDICTS.items()}
+    programs["rebind_then_forge"] = REBIND + programs["record_marker_and_exit"]
+    with SandboxPool(SandboxConfig(mode=mode, audit_hook=audit_hook, workers=1, wall_seconds=10)) as pool:
+        reports = {name: pool.run(source, [{}]) for name, source in programs.items()}
+        assert pool.run("def answer():\n    return 5\n", [{}]).results[0].value == 5  # honest runs still pass
+    if mode == "rlimits-only" and not audit_hook:
+        # No hook and no isolation (the mode says so): the host's file is readable and, as root, the socket module
+        # is not (the program's uid cannot read the interpreter's folder), so nothing forbidden happened; a record
+        # without its end-of-call marker is still tampering.
+        reports = {"record_and_exit": reports["record_and_exit"]}
+    for name, report in reports.items():
+        result = report.results[0]
+        assert not result.ok and report.reason == result.reason, f"{name}: {report}"
+        if audit_hook:
+            assert result.reason == "forbidden_file", f"{name}: {report}"
+        elif mode == "bwrap":  # /etc is not there (ENOENT): the socket is what the kernel stops
+            expected = "tampered" if name == "record_and_exit" else "forbidden_syscall"
+            assert result.reason in {expected, "forbidden_syscall"}, f"{name}: {report}"
+        else:
+            assert result.reason in {"tampered", "forbidden_syscall"}, f"{name}: {report}"

@@ -4,7 +4,7 @@ into the pipeline through the recipe's `backend: transformers`."""
 import pytest
 
 from instella_recipes.synthetic_gsm8k.backends import Request, TransformersBackend
-from instella_recipes.synthetic_gsm8k.run import SyntheticGSM8KArguments, run
+from instella_recipes.synthetic_gsm8k.run import NothingSolved, SyntheticGSM8KArguments, run
 from tests.helpers.synthetic_fakes import BWRAP_PROBLEM, SEEDS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -32,8 +32,9 @@ def test_pipeline_with_a_local_model_counts_unusable_replies(tiny_model_dir, tmp
         seeds=str(SEEDS), max_seeds=2, output_dir=str(tmp_path / "out"), backend="transformers",
         model=str(tiny_model_dir), batch_size=2, max_tokens=8, max_program_rounds=1, sandbox_workers=1,
     )  # fmt: skip
-    summary = run(args)
-    assert summary["seed_problems"] == 2 and summary["samples_kept"] == 0
-    # A random tiny model writes no JSON: both seeds fail at step 1, each counted, and the run still finishes.
-    assert summary["rejections"] == {"abstract_unparsable": 2}
-    assert (tmp_path / "out" / "train.parquet").exists()
+    # A random tiny model writes no JSON: both seeds fail at step 1, each counted; with no seed solved there is no
+    # dataset, and the run says so (the entry point exits 1) instead of writing an empty one with a manifest.
+    with pytest.raises(NothingSolved, match=r"no seed problem was solved \(2 tried; most common rejections: "
+                       r"abstract_unparsable 2\)"):  # fmt: skip
+        run(args)
+    assert not (tmp_path / "out" / "train.parquet").exists() and not (tmp_path / "out" / "manifest.json").exists()
