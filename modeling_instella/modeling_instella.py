@@ -262,6 +262,8 @@ class InstellaModel(InstellaPreTrainedModel, LlamaModel):
         # attend across documents. Llama defaults to config.use_cache=True even in training; we do not.
         if use_cache is None and self.training:
             use_cache = False
+        if kwargs.get("cu_seq_lens_q") is not None and attention_mask is None:
+            attention_mask = self._document_mask(kwargs["cu_seq_lens_q"], input_ids, inputs_embeds)
         return super().forward(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -271,6 +273,29 @@ class InstellaModel(InstellaPreTrainedModel, LlamaModel):
             use_cache=use_cache,
             **kwargs,
         )
+
+    def _document_mask(self, cu_seq_lens: torch.Tensor, input_ids, inputs_embeds) -> torch.Tensor | None:
+        """Packed documents given as flash-attention varlen boundaries (`cu_seq_lens_q`, as
+        `DataCollatorWithFlattening(return_flash_attn_kwargs=True)` and the authors' `cu_doc_lens` give them): the
+        flash back-ends read them themselves (varlen kernels); sdpa and eager would attend across documents, so
+        they get the same block-diagonal causal mask here, 4D, which transformers passes through as it is (bool
+        for sdpa, additive for eager). Positions need not restart: RoPE scores depend on relative positions only."""
+        # private: the config's attention name, as transformers' models read it [test_private_apis]
+        implementation = self.config._attn_implementation
+        if implementation not in ("sdpa", "eager"):
+            return None
+        reference = input_ids if input_ids is not None else inputs_embeds[..., 0]
+        length = reference.shape[1]
+        bounds = cu_seq_lens.to(reference.device)
+        document = torch.bucketize(torch.arange(length, device=reference.device), bounds[1:], right=True)
+        causal = torch.ones(length, length, dtype=torch.bool, device=reference.device).tril()
+        allowed = (document[:, None] == document[None, :]) & causal
+        allowed = allowed[None, None].expand(reference.shape[0], 1, length, length)
+        if implementation == "sdpa":
+            return allowed
+        dtype = inputs_embeds.dtype if inputs_embeds is not None else self.embed_tokens.weight.dtype
+        blocked = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+        return blocked.masked_fill(~allowed, torch.finfo(dtype).min)
 
 
 class InstellaForCausalLM(InstellaPreTrainedModel, LlamaForCausalLM, GenerationMixin):

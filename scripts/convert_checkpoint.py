@@ -2,6 +2,8 @@
 
     python scripts/convert_checkpoint.py to-hub --input olmo_ckpt/ --model_config config.json --output hf_dir/
     python scripts/convert_checkpoint.py to-training --input hf_dir/ --output olmo_ckpt/
+    python scripts/convert_checkpoint.py reconfigure --input hf_dir/ --output long_start/ --rope_theta 514640 \
+        --max_position_embeddings 65536
 
 Inputs are a safetensors file or a folder of safetensors shards (a `model.pt` / `.bin` file is read with
 `torch.load(mmap=True)`). Tensors are read one at a time and written to shards of at most `--max_shard_size`, so a

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from instella_recipes.core import RecipeError, atomic_output_dir, exit_on_recipe_error, parse_recipe, setup_logging
+from instella_recipes.core.checks import check_range
 from instella_recipes.weights.safetensors_io import TensorSource, plan_shards, write_shards
 from modeling_instella import InstellaConfig
 
@@ -111,7 +112,15 @@ def convert_state_dict(state_dict: dict[str, torch.Tensor], config, to: str) -> 
     return dict(convert(list(state_dict), state_dict.__getitem__, config))
 
 
-DIRECTIONS = ("to-hub", "to-training")
+DIRECTIONS = ("to-hub", "to-training", "reconfigure")
+# config fields `reconfigure` may change: the RoPE of a context extension (Instella-Long: Instruct -> 64K -> 256K)
+RECONFIGURABLE = ("rope_theta", "max_position_embeddings")
+
+
+def same_tensors(keys: Iterable[str], get_tensor: Callable[[str], torch.Tensor], config) -> Iterator:
+    """`reconfigure`: the Hub-format tensors as they are (only the config changes)."""
+    for key in keys:
+        yield key, get_tensor(key)
 
 
 def load_config(path: Path | None, source: Path) -> InstellaConfig:
@@ -125,16 +134,23 @@ def load_config(path: Path | None, source: Path) -> InstellaConfig:
 
 
 def convert_checkpoint(
-    direction: str, source_path, output, config_path=None, max_shard_size="5GB", overwrite: bool = False
-) -> int:
+    direction: str, source_path, output, config_path=None, max_shard_size="5GB", overwrite: bool = False,
+    config_changes: dict | None = None,
+) -> int:  # fmt: skip
     """Convert `source_path` into the folder `output` (written aside, then renamed), tensor by tensor; the shard plan
     comes from a first pass over meta tensors, so a bad checkpoint fails before anything is written. A complete stage
-    output at `output` is replaced only with `overwrite`, and never the input. Returns the number of tensors
-    written."""
+    output at `output` is replaced only with `overwrite`, and never the input. `config_changes` (fields of
+    `RECONFIGURABLE`) are set in the written config: `reconfigure` copies a Hub checkpoint with a new RoPE (Instella-
+    Long's start point). Returns the number of tensors written."""
     source_path, output = Path(source_path), Path(output)
     config = load_config(Path(config_path) if config_path else None, source_path)
+    for key, value in (config_changes or {}).items():
+        if key == "rope_theta":  # transformers 5 keeps it in rope_parameters; to_dict writes the legacy key too
+            config.rope_parameters = {**(config.rope_parameters or {"rope_type": "default"}), "rope_theta": value}
+        else:
+            setattr(config, key, value)
     source = TensorSource(source_path)
-    stream = training_to_hub if direction == "to-hub" else hub_to_training
+    stream = {"to-hub": training_to_hub, "to-training": hub_to_training, "reconfigure": same_tensors}[direction]
     try:
         plan = plan_shards(dict(stream(source.keys(), source.meta, config)), max_shard_size)
     except ValueError as err:
@@ -156,16 +172,27 @@ class ConvertCheckpointArguments:
     )
     max_shard_size: str = field(default="5GB", metadata={"help": "Largest output shard, e.g. 5GB, 500MB."})
     overwrite: bool = field(default=False, metadata={"help": "Replace a complete stage output at --output."})
+    rope_theta: float | None = field(default=None, metadata={"help": "reconfigure: the new RoPE base."})
+    max_position_embeddings: int | None = field(
+        default=None, metadata={"help": "reconfigure: the new context length."}
+    )
 
     def __post_init__(self):
         if not self.input or not self.output:
             raise ValueError("--input and --output are required")
+        check_range("rope_theta", self.rope_theta, 1, allow_none=True)
+        check_range("max_position_embeddings", self.max_position_embeddings, 1, integer=True, allow_none=True)
+
+    def config_changes(self) -> dict:
+        return {k: getattr(self, k) for k in RECONFIGURABLE if getattr(self, k) is not None}
 
 
 USAGE = f"""convert_checkpoint.py {{{",".join(DIRECTIONS)}}} --input IN --output OUT [options]
 
     to-hub: the OLMo training format (fused att_proj / ff_proj) -> the Hub format (--model_config: its config.json)
     to-training: the Hub format -> the OLMo training format
+    reconfigure: the Hub format -> the Hub format with --rope_theta / --max_position_embeddings changed (a context
+        extension's start point, e.g. Instella-3B-Instruct -> Instella-Long phase 1: docs/instella_long.md)
 """
 
 
@@ -180,8 +207,15 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     if direction is None:
         raise RecipeError(f"the first argument is the direction: {' or '.join(DIRECTIONS)}")
+    changes = args.config_changes()
+    if (direction == "reconfigure") != bool(changes):
+        raise RecipeError(
+            "reconfigure needs --rope_theta and/or --max_position_embeddings"
+            if direction == "reconfigure"
+            else f"--rope_theta / --max_position_embeddings are for reconfigure, not {direction}"
+        )
     count = convert_checkpoint(
-        direction, args.input, args.output, args.model_config, args.max_shard_size, args.overwrite
+        direction, args.input, args.output, args.model_config, args.max_shard_size, args.overwrite, changes
     )
     sys.stderr.write(f"wrote {count} tensors to {args.output}\n")
     return 0

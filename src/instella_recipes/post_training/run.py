@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 from trl import ModelConfig, get_peft_config
 
 import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
-from instella_recipes.core import check_range, check_training_length, get_logger, read_manifest
+from instella_recipes.core import RecipeError, check_range, check_training_length, get_logger, read_manifest
 from instella_recipes.data.tokenizer import load_tokenizer
 from instella_recipes.trainer.checks import check_global_batch, check_tokenizer_fits
 from instella_recipes.trainer.optim import check_schedule_kwargs
@@ -150,11 +150,28 @@ def load_model(model_args):
     return model
 
 
+def readers(args) -> int:
+    """The processes that read different rows: the world, over the sequence-parallel size where a stage has one."""
+    return args.world_size // getattr(args, "sequence_parallel_size", 1)
+
+
+def check_rope_theta(expected: float | None, config, source) -> None:
+    """A recipe that states the RoPE base (`rope_theta`) of a model that carries another one: an error."""
+    if expected is None:
+        return
+    have = (getattr(config, "rope_parameters", None) or {}).get("rope_theta", getattr(config, "rope_theta", None))
+    if have is not None and float(have) != float(expected):
+        raise RecipeError(
+            f"rope_theta {expected:g} (recipe) but model_name_or_path {source} has {float(have):g}: train from the "
+            f"model the recipe names, or reconfigure it (python scripts/convert_checkpoint.py reconfigure)"
+        )
+
+
 def check_launch(args, model, tokenizer) -> None:
     check_tokenizer_fits(model.config, tokenizer)
     if args.global_batch_size:
         check_global_batch(
-            args.global_batch_size, args.per_device_train_batch_size, args.gradient_accumulation_steps, args.world_size
+            args.global_batch_size, args.per_device_train_batch_size, args.gradient_accumulation_steps, readers(args)
         )
 
 
@@ -242,7 +259,7 @@ class PostTrainingStage(Stage):
         report.check(args.max_skip_fraction, args.allow_no_signal)
         per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
         check_training_length(
-            args.max_steps, args.num_train_epochs, len(train), per_step * args.world_size, "rows of the mixture"
+            args.max_steps, args.num_train_epochs, len(train), per_step * readers(args), "rows of the mixture"
         )
         return PostTrainingData(
             tokenizer, train, {"sources": sources, **report.as_dict(), "summary": report.summary()}

@@ -12,23 +12,36 @@ tokenizer with the chat template, trainer_state.json, data_report.json and manif
 """
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from transformers import AutoConfig
 from trl import SFTConfig, SFTTrainer
 
 from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.core.checks import check_choice
 from instella_recipes.trainer.mixed_precision import FSDPReduceDtypeMixin
 from instella_recipes.trainer.optim import InstellaOptimMixin
+from instella_recipes.trainer.optimizer_state import OPTIMIZER_DIR, ContinueOptimizerStateMixin, check_optimizer_state
+from instella_recipes.trainer.sequence_parallel import (
+    SequenceParallelArguments,
+    SequenceParallelMixin,
+    check_sequence_parallel,
+    sequence_parallel_for,
+)
 from instella_recipes.trainer.settings import RUN
 from instella_recipes.trainer.stage import run_stage
 
 from .loss import LossReductionMixin, check_loss_reduction
-from .run import CheckedModelConfig, PostTrainingSettings, PostTrainingStage
+from .run import CheckedModelConfig, PostTrainingSettings, PostTrainingStage, check_rope_theta
 from .tokenization import check_row_format, check_truncation_mode, prepare_sft_dataset
+
+# What the summed token cross-entropy is divided by: the label tokens (TRL's) or every input token, masked ones too
+# (the authors' Instella-Long SFT: `batch['input_ids'].numel() / seq_parallel_size`, instella/train.py L869-872).
+SFT_LOSS_NORMALIZERS = ("label_tokens", "input_tokens")
 
 
 @dataclass
-class CheckedSFTConfig(PostTrainingSettings, SFTConfig):
+class CheckedSFTConfig(PostTrainingSettings, SequenceParallelArguments, SFTConfig):
     """SFT's settings: TRL's SFTConfig, its numeric fields range-checked at parse time (`core.checks`: without it SFT
     `max_length -1` silently drops every row's closing EOS label), with the post-training fields, the FSDP reduce
     dtype, the row format and the loss reduction."""
@@ -49,7 +62,28 @@ class CheckedSFTConfig(PostTrainingSettings, SFTConfig):
         metadata={"role": RUN, "help": "mean (label-token mean) | sum (open-instruct reduce_loss: sum)."},
     )
 
+    loss_normalizer: str = field(
+        default="label_tokens",
+        metadata={
+            "role": RUN,
+            "help": "Summed token CE over label_tokens (TRL's) or input_tokens: every token, masked ones too (the "
+            "authors' Instella-Long SFT).",
+        },
+    )
+    rope_theta: float | None = field(
+        default=None, metadata={"role": RUN, "help": "The RoPE base the input model must carry (long-context SFT)."}
+    )
+    optimizer_state_from: str | None = field(
+        default=None,
+        metadata={
+            "role": RUN,
+            "help": "Start AdamW from <this run>/optimizer_state/ (Instella-Long SFT: phase 2's moments; new step "
+            "counter and schedule).",
+        },
+    )
+
     def __post_init__(self):
+        check_choice("loss_normalizer", self.loss_normalizer, SFT_LOSS_NORMALIZERS)
         if self.fsdp_reduce_dtype is not None:
             check_choice("fsdp_reduce_dtype", self.fsdp_reduce_dtype, ("float32", "bfloat16"))
         check_row_format(self.row_format)
@@ -58,9 +92,17 @@ class CheckedSFTConfig(PostTrainingSettings, SFTConfig):
         super().__post_init__()
 
 
-class InstellaSFTTrainer(FSDPReduceDtypeMixin, InstellaOptimMixin, LossReductionMixin, SFTTrainer):
+class InstellaSFTTrainer(
+    SequenceParallelMixin,
+    ContinueOptimizerStateMixin,
+    FSDPReduceDtypeMixin,
+    InstellaOptimMixin,
+    LossReductionMixin,
+    SFTTrainer,
+):
     """SFTTrainer with Instella's optimizer settings and LR schedule, under FSDP + bf16 the gradients reduced in
-    fp32 (the authors' `fsdp.precision: mixed`), and the loss reduction of `loss.py`."""
+    fp32 (the authors' `fsdp.precision: mixed`), Ulysses sequence parallelism (`sequence_parallel=`), another
+    run's AdamW moments (`optimizer_state_from=`) and the loss reduction of `loss.py`."""
 
     def __init__(self, *args, fsdp_reduce_dtype: str | None = "float32", **kwargs):
         self.fsdp_reduce_dtype = fsdp_reduce_dtype
@@ -73,13 +115,36 @@ class SFTStage(PostTrainingStage):
     name = "sft"
     trainer_class = InstellaSFTTrainer
 
+    sequence_parallel = None
+    optimizer_state = None
+
+    def inputs(self) -> list[tuple[str, str]]:
+        return [*super().inputs(), ("optimizer_state_from", self.args.optimizer_state_from)]
+
     def check(self) -> None:
         if self.args.assistant_only_loss or self.args.completion_only_loss:
             raise RecipeError(
                 "remove assistant_only_loss / completion_only_loss: this recipe already builds assistant-only labels "
                 "from the Instella chat template (see instella_recipes/post_training/template.py)"
             )
+        _check_sequence_parallel_rows(self.args)
         super().check()
+        if self.args.optimizer_state_from and self.model_args.use_peft:
+            raise RecipeError("optimizer_state_from continues a full model's AdamW state: not with LoRA (use_peft)")
+        if self.args.optimizer_state_from:
+            folder = Path(self.args.optimizer_state_from) / OPTIMIZER_DIR
+            self.optimizer_state = check_optimizer_state(folder, "optimizer_state_from")
+        path = Path(self.model_args.model_name_or_path or "")
+        if self.args.rope_theta is not None and (path / "config.json").is_file():  # the config only, before any work
+            config = AutoConfig.from_pretrained(path, trust_remote_code=True)
+            check_rope_theta(self.args.rope_theta, config, self.model_args.model_name_or_path)
+
+    def build_trainer(self, data, model, callbacks: list):
+        self.sequence_parallel = sequence_parallel_for(self.args, self.args, model.config, None)
+        return super().build_trainer(data, model, callbacks)
+
+    def before_save(self, trainer) -> None:
+        trainer.restore_attention()  # the saved model runs its own attention, not the SP wrapper
 
     def prepare(self, mixture, tokenizer):
         args = self.args
@@ -88,7 +153,33 @@ class SFTStage(PostTrainingStage):
         )
 
     def trainer_kwargs(self) -> dict:
-        return {"fsdp_reduce_dtype": self.args.fsdp_reduce_dtype, "loss_reduction": self.args.loss_reduction}
+        return {
+            "fsdp_reduce_dtype": self.args.fsdp_reduce_dtype,
+            "sequence_parallel": self.sequence_parallel,
+            "count_input_tokens": self.args.loss_normalizer == "input_tokens",
+            "optimizer_state_from": self.optimizer_state,
+            "loss_reduction": self.args.loss_reduction,
+        }
+
+
+def _check_sequence_parallel_rows(args) -> None:
+    """SP takes padding-free rows (documents told apart by position_ids) whose length the SP size divides."""
+    size = args.sequence_parallel_size
+    if size == 1:
+        return
+    if not (args.packing or args.padding_free):
+        raise RecipeError(
+            f"sequence_parallel_size {size} takes padding-free rows: set packing: true (or padding_free: true)"
+        )
+    if not args.pad_to_multiple_of or args.pad_to_multiple_of % size:
+        raise RecipeError(
+            f"sequence_parallel_size {size}: every row must split into {size} equal chunks; set pad_to_multiple_of "
+            f"to a multiple of {size} (now {args.pad_to_multiple_of})"
+        )
+    try:
+        check_sequence_parallel(size, None, args.world_size, None, args.per_device_train_batch_size)
+    except ValueError as err:
+        raise RecipeError(str(err)) from None
 
 
 def build_trainer(training_args, model_args, callbacks=()):

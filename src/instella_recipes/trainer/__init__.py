@@ -13,6 +13,10 @@
 - `checkpoints`: only complete, readable checkpoints are resumed from (`resume_from_checkpoint: auto`).
 - `stop_requests` + `callbacks`: SIGTERM / SIGUSR1 caught from an entry point's first line, then turned into a
   checkpoint and exit 0 at the next step (`PreemptionCallback`).
+- `sequence_parallel`: Ulysses sequence parallelism (`SequenceParallelMixin`: all-to-all around transformers'
+  attention functions, one packed row per SP group; the authors' chunk-local fallback and the exact path).
+- `optimizer_state`: one stage's final AdamW state written (DCP) and continued by the next
+  (`ContinueOptimizerStateMixin`, `optimizer_state_from`).
 - `flops`: parameter counts, FLOPs per token and MFU (the throughput plugin and the sizing tool).
 
 Why it is ours: transformers and TRL leave these to the user (their extension points, mixins and callbacks, are used

@@ -43,10 +43,16 @@ from instella_recipes.data.token_files import (
 from instella_recipes.data.tokenizer import load_tokenizer
 from instella_recipes.trainer.checks import check_global_batch, check_tokenizer_fits, fit_accumulation
 from instella_recipes.trainer.optim import check_schedule_kwargs
+from instella_recipes.trainer.optimizer_state import OPTIMIZER_DIR, check_optimizer_state, save_optimizer_state
+from instella_recipes.trainer.sequence_parallel import (
+    SequenceParallelArguments,
+    check_sequence_parallel,
+    data_parallel_size,
+    sequence_parallel_for,
+)
 from instella_recipes.trainer.settings import DATA, LAUNCH, RUN, StageSettings
 from instella_recipes.trainer.stage import Stage, run_stage
 from instella_recipes.training.model_factory import build_model
-from instella_recipes.training.optimizer_state import OPTIMIZER_DIR, check_optimizer_state, save_optimizer_state
 from instella_recipes.training.pretrain_trainer import NonFiniteCallback, PretrainTrainer
 
 logger = get_logger(__name__)
@@ -58,7 +64,7 @@ LOSS_NORMALIZERS = ("input_tokens", "predicted_tokens")
 
 
 @dataclass
-class PretrainArguments(StageSettings, TrainingArguments):
+class PretrainArguments(StageSettings, SequenceParallelArguments, TrainingArguments):
     """The settings of `scripts/pretrain.py`: transformers' `TrainingArguments` (range-checked) and pretraining's own
     fields, each with its role (`trainer/settings.py`)."""
 
@@ -148,8 +154,27 @@ class PretrainArguments(StageSettings, TrainingArguments):
             "help": "Start from <model_name_or_path>/optimizer_state/ (moments kept, new step counter/LR).",
         },
     )
+    optimizer_state_from: str | None = field(
+        default=None,
+        metadata={
+            "role": RUN,
+            "help": "Instead: start from <this run>/optimizer_state/ (Instella-Long phase 2: phase 1's moments, "
+            "while the model is phase 1's reconfigured to a new RoPE).",
+        },
+    )
+    rope_theta: float | None = field(
+        default=None,
+        metadata={
+            "role": RUN,
+            "help": "The RoPE base this phase trains at; model_name_or_path must carry it (convert_checkpoint.py "
+            "reconfigure), model_config gets it.",
+        },
+    )
 
     def __post_init__(self):
+        if self.load_optimizer_state and self.optimizer_state_from:
+            raise ValueError("set load_optimizer_state or optimizer_state_from (the run whose AdamW state), not both")
+        check_range("rope_theta", self.rope_theta, 1, allow_none=True)
         if self.load_optimizer_state and not self.model_name_or_path:
             raise ValueError(
                 "load_optimizer_state: true needs model_name_or_path (the run whose optimizer_state/ to continue)"
@@ -168,6 +193,10 @@ class PretrainArguments(StageSettings, TrainingArguments):
             )
         self.model_config = _as_dict(self.model_config, "model_config")
         self.plugin_args = _as_dict(self.plugin_args, "plugin_args") or {}
+        if self.model_config and self.rope_theta is not None:
+            given = self.model_config.setdefault("rope_theta", self.rope_theta)
+            if given != self.rope_theta:
+                raise ValueError(f"rope_theta {self.rope_theta} but model_config.rope_theta {given}: keep one")
         if self.model_config:  # a shape that cannot build is named here, before any data or weights are touched
             check_model_config(self.model_config)
         # `output_dir: runs/stage2_{seed}`: the project's one placeholder syntax (as in pipeline YAMLs)
@@ -271,6 +300,28 @@ def _model_config(script: PretrainArguments):
         return None
 
 
+def _rope_theta(config) -> float | None:
+    """The RoPE base of a config (transformers 5 keeps it in `rope_parameters`; older configs as `rope_theta`)."""
+    parameters = getattr(config, "rope_parameters", None) or {}
+    return parameters.get("rope_theta", getattr(config, "rope_theta", None))
+
+
+def _check_rope_theta(args: PretrainArguments, config) -> None:
+    """A recipe that states the RoPE base it trains at (`rope_theta`, Instella-Long's phases) and a start checkpoint
+    that carries another one: an error, with the command that makes the right start point."""
+    if args.rope_theta is None or config is None:
+        return
+    have = _rope_theta(config)
+    if have is not None and float(have) != float(args.rope_theta):
+        positions = max(args.seq_len or 0, getattr(config, "max_position_embeddings", 0) or 0)
+        raise RecipeError(
+            f"rope_theta {args.rope_theta:g} (recipe) but model_name_or_path {args.model_name_or_path} has "
+            f"{float(have):g}: make the start point with `python scripts/convert_checkpoint.py reconfigure --input "
+            f"{args.model_name_or_path} --output <dir> --rope_theta {args.rope_theta:g} --max_position_embeddings "
+            f"{positions}` and train from <dir>"
+        )
+
+
 def _check_fits(config, dataset: PackedWindows | TokenFiles, tokenizer) -> None:
     max_pos = getattr(config, "max_position_embeddings", None)
     if max_pos is not None and dataset.seq_len > max_pos:
@@ -305,9 +356,10 @@ def _olmo_sampler(dataset, train: TrainingArguments) -> OLMoOrderSampler | None:
     """Token files are read in the authors' order (seed = data_seed or seed, as their `data.seed` or `seed`)."""
     if not isinstance(dataset, TokenFiles):
         return None
-    global_batch = train.per_device_train_batch_size * train.gradient_accumulation_steps * train.world_size
+    readers = data_parallel_size(train, train.world_size)  # an SP group reads one row (trainer/sequence_parallel.py)
+    global_batch = train.per_device_train_batch_size * train.gradient_accumulation_steps * readers
     seed = train.data_seed if train.data_seed is not None else train.seed
-    sampler = OLMoOrderSampler(len(dataset), global_batch, train.per_device_train_batch_size, train.world_size, seed)
+    sampler = OLMoOrderSampler(len(dataset), global_batch, train.per_device_train_batch_size, readers, seed)
     if sampler.steps == 0:
         raise RecipeError(
             f"data_paths: {len(dataset)} instances of {dataset.seq_len} tokens are fewer than one global batch "
@@ -350,30 +402,58 @@ class PretrainStage(Stage):
         self.use_cache = None
 
     def inputs(self) -> list[tuple[str, str]]:
-        return [("data_dir", self.args.data_dir), ("model_name_or_path", self.args.model_name_or_path)]
+        return [
+            ("data_dir", self.args.data_dir),
+            ("model_name_or_path", self.args.model_name_or_path),
+            ("optimizer_state_from", self.args.optimizer_state_from),
+        ]
+
+    @property
+    def readers(self) -> int:
+        """The processes that read different rows (the world over the SP size): the global batch's divisor."""
+        return data_parallel_size(self.args, self.args.world_size)
 
     def check(self) -> None:
         args = self.args
         if args.torch_num_threads:
             torch.set_num_threads(args.torch_num_threads)
         check_schedule_kwargs(args.lr_scheduler_kwargs)
+        # the start checkpoint's config only (no weights); a missing one is reported where the model loads
+        has_config = args.model_name_or_path and (Path(args.model_name_or_path) / "config.json").is_file()
+        config = _model_config(args) if has_config or args.model_config else None
+        _check_rope_theta(args, config)
+        try:  # the launch shape and the model's heads, before any data or weights are read
+            check_sequence_parallel(
+                args.sequence_parallel_size, args.seq_len, args.world_size, config, args.per_device_train_batch_size
+            )
+        except ValueError as err:
+            raise RecipeError(str(err)) from None
         if args.load_optimizer_state:
             self.optimizer_state = check_optimizer_state(Path(args.model_name_or_path) / OPTIMIZER_DIR)
+        if args.optimizer_state_from:
+            self.optimizer_state = check_optimizer_state(
+                Path(args.optimizer_state_from) / OPTIMIZER_DIR, "optimizer_state_from"
+            )
         if args.fit_global_batch:
             args.gradient_accumulation_steps = fit_accumulation(
-                args.global_batch_size, args.per_device_train_batch_size, args.world_size
+                args.global_batch_size, args.per_device_train_batch_size, self.readers
             )
 
     def load_data(self) -> PretrainData:
         args = self.args
         dataset, data_manifest, tokenizer = _data_and_tokenizer(args)
-        global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+        global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * self.readers
         check_training_length(args.max_steps, args.num_train_epochs, len(dataset), global_batch, "windows of data_dir")
         if args.global_batch_size is not None:
             check_global_batch(
                 args.global_batch_size, args.per_device_train_batch_size, args.gradient_accumulation_steps,
-                args.world_size,
+                self.readers,
             )  # fmt: skip
+        if dataset.seq_len % args.sequence_parallel_size:
+            raise RecipeError(
+                f"data rows of {dataset.seq_len} tokens are not divisible by sequence_parallel_size "
+                f"{args.sequence_parallel_size}: each rank keeps an equal chunk; choose seq_len a multiple of it"
+            )
         return PretrainData(dataset, data_manifest, tokenizer)
 
     def data_fingerprint(self, data: PretrainData) -> str | None:
@@ -403,6 +483,7 @@ class PretrainStage(Stage):
             optimizer_state_from=self.optimizer_state,
             loss_normalizer=args.loss_normalizer,
             train_sampler=_olmo_sampler(dataset, args),
+            sequence_parallel=sequence_parallel_for(args, args, model.config, dataset.seq_len),
         )
         self.nonfinite = NonFiniteCallback(trainer, args.max_consecutive_nonfinite)
         trainer.add_callback(self.nonfinite)
@@ -421,6 +502,7 @@ class PretrainStage(Stage):
             raise SystemExit(3)
 
     def before_save(self, trainer) -> None:
+        trainer.restore_attention()  # the saved model runs its own attention, not the SP wrapper
         if self.use_cache is not None:
             trainer.accelerator.unwrap_model(trainer.model).config.use_cache = self.use_cache
 
@@ -430,7 +512,7 @@ class PretrainStage(Stage):
 
     def manifest_fields(self, trainer, data: PretrainData) -> dict:
         args = self.args
-        global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+        global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * self.readers
         return {
             "data_dir": str(args.data_dir) if args.data_dir else None,
             "data_paths": args.data_paths,

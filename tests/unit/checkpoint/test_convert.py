@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from instella_recipes.checkpoint.convert import convert_state_dict
-from modeling_instella import InstellaForCausalLM
+from instella_recipes.checkpoint.convert import convert_state_dict, main
+from modeling_instella import InstellaConfig, InstellaForCausalLM
 from tests.conftest import tiny_config
 
 
@@ -33,3 +33,19 @@ def test_round_trip_is_bit_exact(model):
     back = convert_state_dict(convert_state_dict(hub, model.config, to="training"), model.config, to="hub")
     assert back.keys() == hub.keys()
     assert all(torch.equal(back[k], hub[k]) for k in hub)
+
+
+def test_reconfigure_copies_the_weights_with_a_new_rope(tmp_path, model):
+    """Instella-Long's start point: the Instruct checkpoint with rope_theta 514,640 and 65,536 positions."""
+    model.save_pretrained(tmp_path / "instruct")
+    argv = ["reconfigure", "--input", str(tmp_path / "instruct"), "--output", str(tmp_path / "start"),
+            "--rope_theta", "514640", "--max_position_embeddings", "65536"]  # fmt: skip
+    assert main(argv) == 0
+    config = InstellaConfig.from_pretrained(tmp_path / "start")
+    assert config.rope_parameters["rope_theta"] == 514_640 and config.max_position_embeddings == 65_536
+    again = InstellaForCausalLM.from_pretrained(tmp_path / "start")
+    for (name, a), b in zip(model.state_dict().items(), again.state_dict().values()):
+        assert torch.equal(a, b), name
+    with pytest.raises(SystemExit) as err:  # a reconfigure that changes nothing is a mistake, named
+        main(["reconfigure", "--input", str(tmp_path / "instruct"), "--output", str(tmp_path / "again")])
+    assert err.value.code == 2

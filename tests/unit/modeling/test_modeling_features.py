@@ -171,3 +171,37 @@ def test_training_forward_compiles_fullgraph():
     loss.backward()
     assert torch.allclose(loss, eager_loss, atol=1e-5)
     assert all(p.grad is not None for p in model.parameters())
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_flash_varlen_boundaries_mask_documents_on_cpu(attn):
+    """Rows from DataCollatorWithFlattening with flash kwargs (cu_seq_lens, no position_ids: positions run over the
+    whole row, as the authors' doc_lens path): sdpa and eager get the block-diagonal mask and equal separate runs."""
+    from transformers import DataCollatorWithFlattening
+
+    model = tiny_model()
+    model.set_attn_implementation(attn)
+    docs = [torch.randint(2, 512, (n,)) for n in (7, 12, 5)]
+    collator = DataCollatorWithFlattening(return_position_ids=False, return_flash_attn_kwargs=True)
+    batch = collator([{"input_ids": d.tolist()} for d in docs])
+    assert batch["cu_seq_lens_q"].tolist() == [0, 7, 19, 24] and "position_ids" not in batch
+    with torch.no_grad():
+        packed = model(batch["input_ids"], cu_seq_lens_q=batch["cu_seq_lens_q"], use_cache=False).logits[0]
+        alone = torch.cat([model(d[None]).logits[0] for d in docs])
+        crossing = model(batch["input_ids"], use_cache=False).logits[0]
+    assert (packed - alone).abs().max() < 1e-5
+    assert (crossing - alone).abs().max() > 1e-3  # without the boundaries the documents would see each other
+
+
+def test_long_context_rope_settings_are_saved_and_used(tmp_path):
+    """Instella-Long's phase-1 start: rope_theta 514,640 and 65,536 positions survive save/load, and change RoPE."""
+    model = tiny_model(rope_theta=514_640.0, max_position_embeddings=65_536)
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["rope_theta"] == 514_640.0 and saved["max_position_embeddings"] == 65_536
+    again = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert again.config.rope_parameters["rope_theta"] == 514_640.0
+    ids = torch.randint(2, 512, (1, 16))
+    with torch.no_grad():
+        assert torch.allclose(again(ids).logits, model(ids).logits)
+        assert not torch.allclose(tiny_model()(ids).logits, model(ids).logits, atol=1e-4)

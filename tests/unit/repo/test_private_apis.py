@@ -106,6 +106,39 @@ def test_trainer_sampler_columns_scheduler_and_loss_flags():
     )
 
 
+def test_config_names_the_attention_set_on_the_model():
+    from modeling_instella import InstellaForCausalLM
+
+    model = InstellaForCausalLM(tiny_config())
+    model.set_attn_implementation("eager")
+    _check(
+        model.config._attn_implementation == "eager",
+        "transformers",
+        "config._attn_implementation follows set_attn_implementation",
+        "trainer/sequence_parallel.py (the Ulysses wrapper), modeling_instella.py (the varlen-boundary mask)",
+    )
+
+
+def test_sequence_parallel_loss_count_and_dataloader_list():
+    from accelerate import Accelerator
+    from transformers import Trainer
+
+    users = "SequenceParallelMixin (trainer/sequence_parallel.py)"
+    _check(
+        _params(Trainer._get_num_items_in_batch) == ["self", "batch_samples", "device"]
+        and _calls(Trainer.get_batch_samples, "self._get_num_items_in_batch"),
+        "transformers",
+        "Trainer._get_num_items_in_batch(batch_samples, device) counts the loss normaliser of a step",
+        users,
+    )
+    _check(
+        "self._dataloaders.append(prepared_data_loader)" in inspect.getsource(Accelerator.prepare_data_loader),
+        "accelerate",
+        "Accelerator._dataloaders (the prepared dataloaders it checkpoints)",
+        users,
+    )
+
+
 def test_trainer_num_items_in_batch_hook_and_sft_divisor():
     """`loss_reduction: sum` (post_training/loss.py) returns 1 from `_get_num_items_in_batch`: the Trainer must
     still ask that method for the divisor and hand it to compute_loss, and TRL's SFT loss must divide the token sum

@@ -1,0 +1,58 @@
+"""Long-context SFT settings, in process: sequence parallelism needs padding-free rows that split evenly, and a
+launch that can hold it; `rope_theta` must be the input model's; the recipes/instella-3b-long/sft.yaml numbers.
+The 2-process run: tests/e2e/test_sft_sequence_parallel.py."""
+
+import pytest
+
+from instella_recipes.core import parse_recipe
+from instella_recipes.post_training import sft
+from instella_recipes.post_training.run import CheckedModelConfig
+from tests.unit.post_training import test_sft_train as unit_half
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"sequence_parallel_size": 2}, "takes padding-free rows: set packing: true"),
+        ({"sequence_parallel_size": 2, "packing": "true", "pad_to_multiple_of": 3}, "a multiple of 2 (now 3)"),
+        (
+            {"sequence_parallel_size": 2, "packing": "true", "pad_to_multiple_of": 2},
+            "does not divide the world size (1 processes)",
+        ),
+        ({"rope_theta": 514640}, "rope_theta 514640 (recipe) but model_name_or_path"),
+        ({"loss_normalizer": "all"}, "loss_normalizer"),
+        ({"optimizer_state_from": "/nonexistent/phase2"}, "/nonexistent/phase2/optimizer_state holds no optimizer"),
+    ],
+)
+def test_bad_long_sft_inputs_are_one_line(tiny_model_dir, tmp_path, capsys, overrides, message):
+    argv = ["--config", unit_half.TINY_SFT, "--model_name_or_path", str(tiny_model_dir),
+            "--output_dir", str(tmp_path / "out"), "--max_steps", "1"]  # fmt: skip
+    for key, value in overrides.items():
+        argv += [f"--{key}", str(value)]
+    with pytest.raises(SystemExit) as exc:
+        sft.main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_the_long_sft_recipe_has_the_published_numbers():
+    args, _ = parse_recipe(
+        [sft.CheckedSFTConfig, CheckedModelConfig],
+        ["--config", "recipes/instella-3b-long/sft.yaml", "--use_cpu", "true", "--bf16", "false"],
+    )
+    assert (args.learning_rate, args.warmup_steps, args.max_steps, args.max_length) == (4e-5, 13, 250, 262_144)
+    assert args.lr_scheduler_kwargs == {"alpha_f": 0.001} and str(args.lr_scheduler_type.value) == "linear"
+    assert (args.sequence_parallel_size, args.sequence_parallel_mode, args.force_sequence_parallel) == (
+        4,
+        "authors",
+        True,
+    )
+    assert args.loss_normalizer == "input_tokens" and args.rope_theta == 3_691_950
+    assert args.optimizer_state_from == "runs/instella-3b-long/phase2"  # moments kept, step and schedule reset
+    assert (args.per_device_train_batch_size, args.global_batch_size) == (1, 16)  # 64 GPUs / SP 4 = 16 rows
+    assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon, args.weight_decay, args.max_grad_norm) == (
+        0.9, 0.95, 1e-8, 0.1, 1.0,
+    )  # fmt: skip
