@@ -3,7 +3,7 @@
     accelerate launch --config_file accelerate_configs/<x>.yaml scripts/dpo.py --config recipes/instella-3b/dpo.yaml
     python scripts/dpo.py --config recipes/tiny/dpo.yaml [--model_name_or_path M --output_dir O ...]
 
-The settings (`DPOArguments`, `CheckedDPOConfig`), the trainer (`InstellaDPOTrainer`) and the run live in
+The settings (`CheckedDPOConfig`), the trainer (`InstellaDPOTrainer`) and the stage (`DPOStage`) live in
 `instella_recipes/post_training/dpo.py`; see docs/post_training.md.
 """
 

@@ -3,7 +3,7 @@
     accelerate launch --config_file accelerate_configs/<x>.yaml scripts/sft.py --config recipes/instella-3b/sft.yaml
     python scripts/sft.py --config recipes/tiny/sft.yaml [--model_name_or_path M --output_dir O ...]
 
-The settings (`SFTArguments`, `CheckedSFTConfig`), the trainer (`InstellaSFTTrainer`) and the run live in
+The settings (`CheckedSFTConfig`), the trainer (`InstellaSFTTrainer`) and the stage (`SFTStage`) live in
 `instella_recipes/post_training/sft.py`; see docs/post_training.md.
 """
 

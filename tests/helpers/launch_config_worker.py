@@ -14,6 +14,7 @@ STAGE: pretrain | sft | dpo. ARGV: the stage's command line (the worker adds --b
 """
 
 import importlib
+import json
 import os
 import sys
 
@@ -21,6 +22,8 @@ import torch
 import yaml
 from accelerate import Accelerator, PartialState
 from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+from instella_recipes.training.fault_injection import kill_at_step
 
 STAGES = {
     "pretrain": "instella_recipes.training.pretrain",
@@ -75,9 +78,32 @@ def main(config: str, stage: str, *argv: str) -> int:
     module = importlib.import_module(STAGES[stage])
     run_stage = module.run_stage
 
-    def configured_run_stage(*args, **kwargs):
+    def configured_run_stage(stage, *args, **kwargs):
         apply_config(config)
-        return run_stage(*args, **kwargs)
+        built = []
+        build_trainer = stage.build_trainer
+
+        def recorded_build_trainer(*a, **k):
+            built.append(build_trainer(*a, **k))
+            if os.environ.get("WORKER_KILL_STEP"):  # SIGTERM to rank 0 at the end of that step (a pre-emption)
+                built[-1].add_callback(
+                    kill_at_step(None, {"kill_step": os.environ["WORKER_KILL_STEP"], "kill_signal": "TERM"})[0]
+                )
+            return built[-1]
+
+        stage.build_trainer = recorded_build_trainer
+        code = run_stage(stage, *args, **kwargs)
+        if built and os.environ.get("WORKER_RECORD"):  # what the trainer ran under, for the test to check
+            plugin = getattr(built[0].accelerator.state, "fsdp_plugin", None)
+            record = {
+                "wrapped": type(built[0].model_wrapped).__name__,
+                "distributed_type": str(built[0].accelerator.distributed_type),
+                "state_dict_type": str(plugin.state_dict_type) if plugin is not None else None,
+            }
+            rank = os.environ.get("RANK", "0")
+            with open(f"{os.environ['WORKER_RECORD']}.rank{rank}.json", "w") as f:
+                json.dump(record, f)
+        return code
 
     module.run_stage = configured_run_stage
     return module.main(argv)

@@ -33,19 +33,17 @@ from instella_recipes.core import (
     write_manifest,
 )
 from instella_recipes.evaluation.results import read_eval_results
+from instella_recipes.post_training.dpo import CheckedDPOConfig
+from instella_recipes.post_training.run import CheckedModelConfig
+from instella_recipes.post_training.sft import CheckedSFTConfig
 from instella_recipes.post_training.template import install_chat_template
+from instella_recipes.trainer.settings import DATA, RUN, field_roles
+from instella_recipes.training.pretrain import PretrainArguments
 from instella_recipes.weights import check_model_folder, check_tokenizer_folder, load_pretrained
 from instella_recipes.weights.safetensors_io import check_model_finite, index_single_file
 
 logger = get_logger(__name__)
 
-HYPERPARAMETERS = (
-    "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio", "weight_decay",
-    "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "num_train_epochs", "max_steps", "global_batch_size",
-    "per_device_train_batch_size", "gradient_accumulation_steps", "seq_len", "sequence_length", "max_length",
-    "max_seq_length", "packing", "beta", "loss_type", "seed", "bf16", "model_config", "init",
-)  # fmt: skip
-DATA_KEYS = ("sources", "datasets", "dataset_mixture", "dataset_name", "data_files", "mixture", "data")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 
 
@@ -129,14 +127,65 @@ def find_recipe(manifest: dict | None) -> str | None:
     return None
 
 
+# The settings classes of the training stages: a recipe file read without a manifest is read through their fields'
+# roles (`trainer/settings.py`), as the stages themselves record them.
+STAGE_SETTINGS = {
+    "pretrain": (PretrainArguments,),
+    "sft": (CheckedSFTConfig, CheckedModelConfig),
+    "dpo": (CheckedDPOConfig, CheckedModelConfig),
+}
+
+
+def _names_with_role(role: str, stage: str | None) -> set[str]:
+    """The settings fields with `role` of `stage` (of every training stage when it is not known)."""
+    groups = [STAGE_SETTINGS[stage]] if stage in STAGE_SETTINGS else list(STAGE_SETTINGS.values())
+    return {name for classes in groups for name, r in field_roles(*classes).items() if r == role}
+
+
 def resolved_hyperparameters(manifest: dict | None, recipe_data: dict) -> tuple[dict, str]:
-    """The hyperparameters the run used and where they come from: the manifest's resolved `arguments` (recipe +
-    command-line overrides, written by the training stages), else the recipe file's keys."""
-    arguments = (manifest or {}).get("arguments")
-    if isinstance(arguments, dict):
+    """The hyperparameters the run used and where they come from: the manifest's `hyperparameters` (every field of
+    the stage's settings whose role is `run`, as the run resolved it: recipe + command-line overrides; in an older
+    manifest its resolved `arguments` with that role), else the recipe file's keys with that role."""
+    manifest = manifest or {}
+    if isinstance(manifest.get("hyperparameters"), dict):
+        return dict(manifest["hyperparameters"]), "as the run resolved them (recipe + overrides)"
+    names = _names_with_role(RUN, manifest.get("stage"))
+    arguments = manifest.get("arguments")
+    if isinstance(arguments, dict):  # a manifest written before `hyperparameters` was: its resolved arguments
         flat = {k: v for group in arguments.values() if isinstance(group, dict) for k, v in group.items()}
-        return {k: flat[k] for k in HYPERPARAMETERS if k in flat}, "as the run resolved them (recipe + overrides)"
-    return {k: recipe_data[k] for k in HYPERPARAMETERS if k in recipe_data}, "from the recipe file"
+        return {k: v for k, v in flat.items() if k in names}, "as the run resolved them (recipe + overrides)"
+    return {k: v for k, v in recipe_data.items() if k in names}, "from the recipe file"
+
+
+def resolved_datasets(manifest: dict | None, recipe_data: dict) -> dict:
+    """What the run trained on: the manifest's `datasets` (the settings fields whose role is `data`), else the
+    recipe file's keys with that role."""
+    if isinstance((manifest or {}).get("datasets"), dict):
+        return {k: v for k, v in manifest["datasets"].items() if v not in (None, [], "")}
+    names = _names_with_role(DATA, (manifest or {}).get("stage"))
+    return {k: v for k, v in recipe_data.items() if k in names}
+
+
+def dataset_ids(datasets: dict) -> list[str]:
+    """The dataset names for the card's `datasets` metadata: each source's Hub id or path (`path`, `dataset`,
+    `name`, or the source kind such as `tiny_world`), each data folder or file list as given."""
+    out = []
+    for value in datasets.values():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, dict):
+                item = item.get("path") or item.get("dataset") or item.get("name") or next(iter(item), None)
+            if isinstance(item, str) and item not in out:
+                out.append(item)
+    return out
+
+
+def base_model(manifest: dict | None) -> str | None:
+    """The model this one was trained from, as the run was given it (a Hub id or a path): the card's `base_model`."""
+    manifest = manifest or {}
+    given = (manifest.get("inputs") or {}).get("model") or (manifest.get("hyperparameters") or {}).get(
+        "model_name_or_path"
+    )
+    return given if isinstance(given, str) and given else None
 
 
 # --- the model card ------------------------------------------------------------------------------------------------
@@ -144,8 +193,11 @@ def _yaml_block(data) -> str:
     return "```yaml\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=False).strip() + "\n```\n"
 
 
-def card_data(args: ReleaseArguments, model_type: str, evals: list[dict]) -> ModelCardData:
-    """The card's YAML header: library, license, tags and the model-index of the evaluation rows."""
+def card_data(
+    args: ReleaseArguments, model_type: str, evals: list[dict], manifest: dict | None = None, recipe_data=None
+) -> ModelCardData:
+    """The card's YAML header in the Hub's layout: library, license, tags, `base_model` and `datasets` (what the
+    stage manifest records; nothing when there is none) and the model-index of the evaluation rows."""
     results = [
         EvalResult(
             task_type="text-generation",
@@ -162,6 +214,8 @@ def card_data(args: ReleaseArguments, model_type: str, evals: list[dict]) -> Mod
         pipeline_tag="text-generation",
         license=args.license,
         tags=sorted({model_type, "recipes"}),
+        base_model=base_model(manifest),
+        datasets=dataset_ids(resolved_datasets(manifest, recipe_data or {})) or None,
         eval_results=results or None,
     )
 
@@ -230,7 +284,7 @@ def model_card(args: ReleaseArguments, model, recipe: str | None, chain, evals: 
         *_usage(args.repo_id or name),
         *_recipe_lines(recipe, chain),
     ]
-    data = {k: v for k, v in recipe_data.items() if k in DATA_KEYS or "dataset" in k}
+    data = resolved_datasets(manifest, recipe_data)
     lines += ["", "## Data mixture", ""]
     lines += [_yaml_block(data) if data else "Not recorded in the recipe (see the stage recipes above)."]
     hyper, origin = resolved_hyperparameters(manifest, recipe_data)
@@ -248,7 +302,7 @@ def model_card(args: ReleaseArguments, model, recipe: str | None, chain, evals: 
         f"(bos {config.bos_token_id}, eos {config.eos_token_id}, pad {config.pad_token_id}).",
         "",
     ]
-    header = card_data(args, config.model_type, evals).to_yaml()
+    header = card_data(args, config.model_type, evals, manifest, recipe_data).to_yaml()
     return ModelCard(f"---\n{header}\n---\n\n" + "\n".join(lines))
 
 

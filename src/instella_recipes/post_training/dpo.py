@@ -1,17 +1,17 @@
 """Preference tuning (Instella-3B-SFT -> Instella-3B-Instruct) with TRL's DPOTrainer and length-normalised DPO: the
 stage's settings, its Trainer subclass and `main(argv)` (`scripts/dpo.py` is the command line).
 
-The recipe parses into `DPOArguments` (our fields), `CheckedDPOConfig` (TRL's DPOConfig, range-checked, loss names
-checked) and `CheckedModelConfig` (TRL's ModelConfig: input model, LoRA). The pairs are tokenized as the authors'
-`dpo_tune.py` (open-instruct) does: each whole conversation at once, every assistant turn scored, prompt/completion
-cut where their prefix tokenization puts it (`tokenization.prepare_dpo_dataset`, `preference.py`); TRL's trainer
-gets them pre-tokenized with a per-token score mask, so its own preparation (which scores only the last turn) is
-skipped. The authors' `dpo_norm` (policy and reference log-probabilities averaged over the scored tokens instead of
-summed, then the sigmoid DPO loss) is exactly TRL 1.16's `loss_type: sigmoid_norm`: it divides each summed log-ratio
-by its mask's token count before `-logsigmoid(beta * (chosen - rejected))`; the recipe accepts `dpo_norm` as a name
-for it. (TRL's logged `rewards/*` stay beta x the *summed* log-ratios.) `precompute_ref_log_probs: true` computes the
-reference log-probs once before training (no reference model in memory during training). What SFT shares is in
-`run.py`.
+The recipe parses into `CheckedDPOConfig` (TRL's DPOConfig, range-checked, loss names checked, with our fields) and
+`CheckedModelConfig` (TRL's ModelConfig: input model, LoRA); `DPOStage` is the stage in the training lifecycle. The
+pairs are tokenized as the authors' `dpo_tune.py` (open-instruct) does: each whole conversation at once, every
+assistant turn scored, prompt/completion cut where their prefix tokenization puts it
+(`tokenization.prepare_dpo_dataset`, `preference.py`); TRL's trainer gets them pre-tokenized with a per-token score
+mask, so its own preparation (which scores only the last turn) is skipped. The authors' `dpo_norm` (policy and
+reference log-probabilities averaged over the scored tokens instead of summed, then the sigmoid DPO loss) is exactly
+TRL 1.16's `loss_type: sigmoid_norm`: it divides each summed log-ratio by its mask's token count before
+`-logsigmoid(beta * (chosen - rejected))`; the recipe accepts `dpo_norm` as a name for it. (TRL's logged `rewards/*`
+stay beta x the *summed* log-ratios.) `precompute_ref_log_probs: true` computes the reference log-probs once before
+training (no reference model in memory during training). What SFT shares is in `run.py`.
 """
 
 import re

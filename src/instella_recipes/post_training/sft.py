@@ -1,13 +1,14 @@
 """Supervised fine-tuning (Instella-3B -> Instella-3B-SFT) with TRL's SFTTrainer: the stage's settings, its Trainer
 subclass and `main(argv)` (`scripts/sft.py` is the command line).
 
-The recipe parses into `SFTArguments` (our fields), `CheckedSFTConfig` (TRL's SFTConfig, range-checked) and
-`CheckedModelConfig` (TRL's ModelConfig: input model, LoRA). The data mixture is converted to `messages`, checked and
-tokenized (`tokenization.prepare_sft_dataset`) with the Instella chat template and assistant-only labels (assistant
-content + its EOS), then handed to SFTTrainer pre-tokenized; TRL pads (one example per row,
-`pad_to_multiple_of: max_length` as published) or packs padding-free (`packing: true`). The OLMo schedule and
-all-parameter weight decay come from `InstellaOptimMixin`. The output folder gets the model, the tokenizer with the
-chat template, trainer_state.json, data_report.json and manifest.json (last); what DPO shares is in `run.py`.
+The recipe parses into `CheckedSFTConfig` (TRL's SFTConfig, range-checked, with our fields) and `CheckedModelConfig`
+(TRL's ModelConfig: input model, LoRA); `SFTStage` is the stage in the training lifecycle (`trainer/stage.py`). The
+data mixture is converted to `messages`, checked and tokenized (`tokenization.prepare_sft_dataset`) with the Instella
+chat template and assistant-only labels (assistant content + its EOS), then handed to SFTTrainer pre-tokenized; TRL
+pads (one example per row, `pad_to_multiple_of: max_length` as published) or packs padding-free (`packing: true`). The
+OLMo schedule and all-parameter weight decay come from `InstellaOptimMixin`. The output folder gets the model, the
+tokenizer with the chat template, trainer_state.json, data_report.json and manifest.json (last); what DPO shares is in
+`run.py`.
 """
 
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recip
 from instella_recipes.core.checks import check_choice
 from instella_recipes.trainer.mixed_precision import FSDPReduceDtypeMixin
 from instella_recipes.trainer.optim import InstellaOptimMixin
+from instella_recipes.trainer.optimizer_state import OPTIMIZER_DIR, ContinueOptimizerStateMixin, check_optimizer_state
 from instella_recipes.trainer.sequence_parallel import (
     SequenceParallelArguments,
     SequenceParallelMixin,
@@ -59,6 +61,14 @@ class CheckedSFTConfig(PostTrainingSettings, SequenceParallelArguments, SFTConfi
     rope_theta: float | None = field(
         default=None, metadata={"role": RUN, "help": "The RoPE base the input model must carry (long-context SFT)."}
     )
+    optimizer_state_from: str | None = field(
+        default=None,
+        metadata={
+            "role": RUN,
+            "help": "Start AdamW from <this run>/optimizer_state/ (Instella-Long SFT: phase 2's moments; new step "
+            "counter and schedule).",
+        },
+    )
 
     def __post_init__(self):
         check_choice("loss_normalizer", self.loss_normalizer, SFT_LOSS_NORMALIZERS)
@@ -68,9 +78,12 @@ class CheckedSFTConfig(PostTrainingSettings, SequenceParallelArguments, SFTConfi
         super().__post_init__()
 
 
-class InstellaSFTTrainer(SequenceParallelMixin, FSDPReduceDtypeMixin, InstellaOptimMixin, SFTTrainer):
+class InstellaSFTTrainer(
+    SequenceParallelMixin, ContinueOptimizerStateMixin, FSDPReduceDtypeMixin, InstellaOptimMixin, SFTTrainer
+):
     """SFTTrainer with Instella's optimizer settings and LR schedule, under FSDP + bf16 the gradients reduced in
-    fp32 (the authors' `fsdp.precision: mixed`), and Ulysses sequence parallelism (`sequence_parallel=`)."""
+    fp32 (the authors' `fsdp.precision: mixed`), Ulysses sequence parallelism (`sequence_parallel=`) and another
+    run's AdamW moments (`optimizer_state_from=`)."""
 
     def __init__(self, *args, fsdp_reduce_dtype: str | None = "float32", **kwargs):
         self.fsdp_reduce_dtype = fsdp_reduce_dtype
@@ -84,6 +97,10 @@ class SFTStage(PostTrainingStage):
     trainer_class = InstellaSFTTrainer
 
     sequence_parallel = None
+    optimizer_state = None
+
+    def inputs(self) -> list[tuple[str, str]]:
+        return [*super().inputs(), ("optimizer_state_from", self.args.optimizer_state_from)]
 
     def check(self) -> None:
         if self.args.assistant_only_loss or self.args.completion_only_loss:
@@ -93,6 +110,11 @@ class SFTStage(PostTrainingStage):
             )
         _check_sequence_parallel_rows(self.args)
         super().check()
+        if self.args.optimizer_state_from and self.model_args.use_peft:
+            raise RecipeError("optimizer_state_from continues a full model's AdamW state: not with LoRA (use_peft)")
+        if self.args.optimizer_state_from:
+            folder = Path(self.args.optimizer_state_from) / OPTIMIZER_DIR
+            self.optimizer_state = check_optimizer_state(folder, "optimizer_state_from")
         path = Path(self.model_args.model_name_or_path or "")
         if self.args.rope_theta is not None and (path / "config.json").is_file():  # the config only, before any work
             config = AutoConfig.from_pretrained(path, trust_remote_code=True)
@@ -114,6 +136,7 @@ class SFTStage(PostTrainingStage):
             "fsdp_reduce_dtype": self.args.fsdp_reduce_dtype,
             "sequence_parallel": self.sequence_parallel,
             "count_input_tokens": self.args.loss_normalizer == "input_tokens",
+            "optimizer_state_from": self.optimizer_state,
         }
 
 

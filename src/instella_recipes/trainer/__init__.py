@@ -4,6 +4,10 @@
 - `optim`: `InstellaOptimMixin`, weight decay on every parameter and the OLMo warmup + cosine/linear schedule with
   the authors' step indexing (the Trainer's own schedulers start their warmup from 0 and index differently).
 - `mixed_precision`: `FSDPReduceDtypeMixin`, FSDP gradients reduced in fp32 under bf16 (accelerate cannot ask for it).
+- `stage`: the lifecycle every training stage runs (`Stage`, `run_stage`): pre-emption, the output folder checked
+  against the run's identity and claimed, one resume rule, the full-state-dict final save, the manifest last.
+- `settings`: `StageSettings` (mixed into each stage's settings class) and the field roles (`run`, `data`,
+  `launch`) that the run identity, the manifest and the model card read.
 - `checks`: `CheckedTrainingArguments` (numeric fields range-checked at parse time), the global-batch and
   tokenizer-fits checks every entry point runs before any work.
 - `checkpoints`: only complete, readable checkpoints are resumed from (`resume_from_checkpoint: auto`).
@@ -11,6 +15,8 @@
   checkpoint and exit 0 at the next step (`PreemptionCallback`).
 - `sequence_parallel`: Ulysses sequence parallelism (`SequenceParallelMixin`: all-to-all around transformers'
   attention functions, one packed row per SP group; the authors' chunk-local fallback and the exact path).
+- `optimizer_state`: one stage's final AdamW state written (DCP) and continued by the next
+  (`ContinueOptimizerStateMixin`, `optimizer_state_from`).
 - `flops`: parameter counts, FLOPs per token and MFU (the throughput plugin and the sizing tool).
 
 Why it is ours: transformers and TRL leave these to the user (their extension points, mixins and callbacks, are used

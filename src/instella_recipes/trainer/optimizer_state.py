@@ -35,13 +35,15 @@ def save_optimizer_state(model, optimizer, folder: str | Path) -> None:
 
 
 def check_optimizer_state(folder: str | Path, field: str = "model_name_or_path") -> Path:
-    """The DCP folder, or a RecipeError saying how to make it (before any work)."""
+    """The DCP folder, or a RecipeError saying how to make it (before any work). `field` names the setting that
+    points at the run (`model_name_or_path` with `load_optimizer_state`, or `optimizer_state_from`)."""
     folder = Path(folder)
     if not (folder / ".metadata").is_file():
+        drop = "load_optimizer_state: false" if field == "model_name_or_path" else f"drop {field}"
         raise RecipeError(
-            f"load_optimizer_state: {folder} holds no optimizer state (DCP '.metadata' missing); the run in "
-            f"{field} must end with save_optimizer_state: true (the Instella stage-1 recipe sets it), or set "
-            f"load_optimizer_state: false for a fresh optimizer"
+            f"{folder} holds no optimizer state (DCP '.metadata' missing); the run in {field} must end with "
+            f"save_optimizer_state: true (the Instella stage-1 and Long phase recipes set it), or {drop} for a "
+            f"fresh optimizer"
         )
     return folder
 
@@ -60,3 +62,22 @@ def load_optimizer_state(model, optimizer, folder: str | Path) -> None:
         params = group["params"]
         group.clear()
         group.update(values, params=params)
+
+
+class ContinueOptimizerStateMixin:
+    """Trainer mixin: `optimizer_state_from=<folder>` (a checked `optimizer_state/` folder) replaces the fresh AdamW
+    state with that one, keeping this run's hyperparameters, step counter and schedule (the authors' continued stages:
+    `reset_trainer_state: true`, `reset_optimizer_state` unset)."""
+
+    def __init__(self, *args, optimizer_state_from=None, **kwargs):
+        self.optimizer_state_from = optimizer_state_from
+        super().__init__(*args, **kwargs)
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        """The Trainer calls this once the optimizer is prepared (sharded) and before any update; the continued
+        state is loaded here. When the run resumes from its own checkpoint, the Trainer loads that checkpoint's
+        optimizer afterwards, which replaces this state."""
+        if self.optimizer_state_from is not None:
+            load_optimizer_state(self.model, optimizer or self.optimizer, self.optimizer_state_from)
+            self.optimizer_state_from = None
+        return super().create_scheduler(num_training_steps, optimizer)

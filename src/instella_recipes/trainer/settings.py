@@ -26,24 +26,21 @@ ROLES = (RUN, DATA, LAUNCH)
 # The library's fields that define a run (transformers' TrainingArguments, TRL's SFTConfig/DPOConfig/GRPOConfig and
 # ModelConfig). per_device_train_batch_size and gradient_accumulation_steps are `launch`: a run may resume on another
 # world size with the same global batch (the identity records `global_batch` instead).
-LIBRARY_ROLES = {
-    **dict.fromkeys(
-        (
-            "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio",
-            "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "num_train_epochs",
-            "max_steps", "seed", "data_seed", "optim", "bf16", "max_length", "packing", "beta", "loss_type",
-            "model_name_or_path", "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
-            "num_generations", "temperature", "max_completion_length", "epsilon", "epsilon_high",
-        ),
-        RUN,
+LIBRARY_ROLES = dict.fromkeys(
+    (
+        "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "weight_decay", "adam_beta1",
+        "adam_beta2", "adam_epsilon", "max_grad_norm", "num_train_epochs", "max_steps", "seed", "data_seed", "optim",
+        "bf16", "max_length", "packing", "beta", "loss_type", "model_name_or_path", "use_peft", "lora_r",
+        "lora_alpha", "lora_dropout", "lora_target_modules", "num_generations", "temperature",
+        "max_completion_length", "epsilon", "epsilon_high",
     ),
-    "dataset_name": DATA,
-}  # fmt: skip
+    RUN,
+)  # fmt: skip
 
 
 def field_roles(*settings_classes) -> dict[str, str]:
     """`{field name: role}` over the settings dataclasses (classes or instances), in declaration order. A field
-    declared by one of our classes (its module under `instella_recipes`) without a role in its metadata raises a
+    declared by any class but the library's (`LIBRARY_MODULES`) without a role in its metadata raises a
     `TypeError` naming it; library fields take their role from `LIBRARY_ROLES` (default `launch`)."""
     roles = {}
     for cls in settings_classes:
@@ -62,11 +59,15 @@ def field_roles(*settings_classes) -> dict[str, str]:
     return roles
 
 
+# Where the library's settings classes live: their fields take `LIBRARY_ROLES`; every other class's must say.
+LIBRARY_MODULES = ("transformers.", "trl.", "accelerate.", "peft.")
+
+
 def _own_fields(cls) -> dict[str, type]:
-    """The fields declared in the class body of one of our dataclasses in `cls`'s MRO, with the class."""
+    """The fields declared in the body of a dataclass in `cls`'s MRO that is not one of the library's, with it."""
     out = {}
     for klass in reversed(cls.__mro__):
-        if klass.__module__.startswith("instella_recipes") and dataclasses.is_dataclass(klass):
+        if dataclasses.is_dataclass(klass) and not klass.__module__.startswith(LIBRARY_MODULES):
             for name in klass.__dict__.get("__annotations__", {}):
                 out[name] = klass
     return out

@@ -415,7 +415,7 @@ class PretrainStage(Stage):
         check_schedule_kwargs(args.lr_scheduler_kwargs)
         # the start checkpoint's config only (no weights); a missing one is reported where the model loads
         has_config = args.model_name_or_path and (Path(args.model_name_or_path) / "config.json").is_file()
-        config = _model_config(args) if has_config else None
+        config = _model_config(args) if has_config or args.model_config else None
         _check_rope_theta(args, config)
         try:  # the launch shape and the model's heads, before any data or weights are read
             check_sequence_parallel(
@@ -426,7 +426,9 @@ class PretrainStage(Stage):
         if args.load_optimizer_state:
             self.optimizer_state = check_optimizer_state(Path(args.model_name_or_path) / OPTIMIZER_DIR)
         if args.optimizer_state_from:
-            self.optimizer_state = check_optimizer_state(Path(args.optimizer_state_from) / OPTIMIZER_DIR)
+            self.optimizer_state = check_optimizer_state(
+                Path(args.optimizer_state_from) / OPTIMIZER_DIR, "optimizer_state_from"
+            )
         if args.fit_global_batch:
             args.gradient_accumulation_steps = fit_accumulation(
                 args.global_batch_size, args.per_device_train_batch_size, self.readers

@@ -7,7 +7,8 @@ non-finite steps, all through the Trainer's extension points (no copy of its tra
   (OLMo's `train_step`, `instella/train.py:707`: `num_items_in_batch = batch['input_ids'].numel()`), not by the B x
   (seq_len - 1) predicted ones: the Trainer's own count (`_get_num_items_in_batch`) is told the loss does not shift
   its labels, so it counts every label position. "predicted_tokens" keeps transformers' mean (lit_gpt's).
-- `create_scheduler`: a stage that continues another's AdamW state (`load_optimizer_state`) loads it first.
+- `ContinueOptimizerStateMixin` (`optimizer_state_from=`): a stage that continues another's AdamW state loads it
+  before the first update.
 - `_save_checkpoint`: the Trainer writes the checkpoint into `<output_dir>/.staging/`, then the main process
   renames it into `<output_dir>/checkpoint-<step>` after every process finished (see `trainer/checkpoints.py`), and the
   Trainer's rotation (`save_total_limit`) runs on the real folder.
@@ -38,7 +39,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from instella_recipes.trainer.checkpoints import STAGING, publish
 from instella_recipes.trainer.mixed_precision import FSDPReduceDtypeMixin
 from instella_recipes.trainer.optim import InstellaOptimMixin
-from instella_recipes.trainer.optimizer_state import load_optimizer_state
+from instella_recipes.trainer.optimizer_state import ContinueOptimizerStateMixin
 from instella_recipes.trainer.sequence_parallel import SequenceParallelMixin
 
 
@@ -66,15 +67,16 @@ def apply_collective_timeout(seconds: int) -> None:
         _set_pg_timeout(timedelta(seconds=seconds))
 
 
-class PretrainTrainer(SequenceParallelMixin, FSDPReduceDtypeMixin, InstellaOptimMixin, Trainer):
+class PretrainTrainer(
+    SequenceParallelMixin, ContinueOptimizerStateMixin, FSDPReduceDtypeMixin, InstellaOptimMixin, Trainer
+):
     """Trainer for packed-window causal LM pretraining (any AutoModelForCausalLM)."""
 
     def __init__(
-        self, *args, fsdp_reduce_dtype: str | None = "float32", optimizer_state_from=None,
+        self, *args, fsdp_reduce_dtype: str | None = "float32",
         loss_normalizer: str = "input_tokens", train_sampler=None, **kwargs,
     ):  # fmt: skip
         self.fsdp_reduce_dtype = fsdp_reduce_dtype
-        self.optimizer_state_from = optimizer_state_from
         self.train_sampler = train_sampler
         super().__init__(*args, **kwargs)
         if loss_normalizer == "input_tokens":
@@ -100,15 +102,6 @@ class PretrainTrainer(SequenceParallelMixin, FSDPReduceDtypeMixin, InstellaOptim
         """After the mixin's FSDP policy: `ddp_timeout` for every backend (`apply_collective_timeout`)."""
         super().create_accelerator_and_postprocess()
         apply_collective_timeout(self.args.ddp_timeout)
-
-    def create_scheduler(self, num_training_steps: int, optimizer=None):
-        """The Trainer calls this once the optimizer is prepared (sharded) and before any update; a run that
-        continues another's optimizer state (`load_optimizer_state`) loads it here. When the run resumes from its
-        own checkpoint, the Trainer loads that checkpoint's optimizer afterwards, which replaces this state."""
-        if self.optimizer_state_from is not None:
-            load_optimizer_state(self.model, optimizer or self.optimizer, self.optimizer_state_from)
-            self.optimizer_state_from = None
-        return super().create_scheduler(num_training_steps, optimizer)
 
     # private: the Trainer takes no sampler argument; this is where it builds one [test_private_apis]
     def _get_train_sampler(self, train_dataset=None):

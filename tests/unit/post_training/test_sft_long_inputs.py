@@ -23,6 +23,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
         ),
         ({"rope_theta": 514640}, "rope_theta 514640 (recipe) but model_name_or_path"),
         ({"loss_normalizer": "all"}, "loss_normalizer"),
+        ({"optimizer_state_from": "/nonexistent/phase2"}, "/nonexistent/phase2/optimizer_state holds no optimizer"),
     ],
 )
 def test_bad_long_sft_inputs_are_one_line(tiny_model_dir, tmp_path, capsys, overrides, message):
@@ -50,6 +51,7 @@ def test_the_long_sft_recipe_has_the_published_numbers():
         True,
     )
     assert args.loss_normalizer == "input_tokens" and args.rope_theta == 3_691_950
+    assert args.optimizer_state_from == "runs/instella-3b-long/phase2"  # moments kept, step and schedule reset
     assert (args.per_device_train_batch_size, args.global_batch_size) == (1, 16)  # 64 GPUs / SP 4 = 16 rows
     assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon, args.weight_decay, args.max_grad_norm) == (
         0.9, 0.95, 1e-8, 0.1, 1.0,

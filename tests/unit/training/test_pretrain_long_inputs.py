@@ -8,7 +8,9 @@ import json
 import pytest
 
 from instella_recipes.checkpoint.convert import main as convert
-from instella_recipes.training.pretrain import main
+from instella_recipes.core import parse_recipe
+from instella_recipes.trainer.sequence_parallel import check_sequence_parallel
+from instella_recipes.training.pretrain import PretrainArguments, _model_config, main
 from modeling_instella import InstellaConfig, InstellaForCausalLM
 from tests.helpers.pretrain_utils import TINY_MODEL, prepare_tiny, pretrain_argv
 
@@ -30,6 +32,15 @@ def start(tmp_path_factory):
             "--rope_theta", "514640", "--max_position_embeddings", "256"]  # fmt: skip
     assert convert(argv) == 0
     return folder
+
+
+def test_heads_the_sp_size_cannot_split_are_named_before_any_data(data_dir, tmp_path, capsys):
+    """A from-scratch config with 4 heads and SP 8 on 8 processes: the heads, not the world size, are the problem
+    (the world size is faked: the check runs before any process group is needed)."""
+    argv = pretrain_argv(data_dir, tmp_path / "x", per_device_train_batch_size=1, sequence_parallel_size=8)
+    (args,) = parse_recipe([PretrainArguments], argv)
+    with pytest.raises(ValueError, match="does not divide the model's attention heads"):
+        check_sequence_parallel(8, 64, 8, _model_config(args), 1)
 
 
 def _argv(data_dir, out, model, **overrides):
