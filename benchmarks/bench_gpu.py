@@ -24,7 +24,12 @@ Sections (each row warmed up, then the median of `--steps` timed steps; the CUDA
   builds them (recipe -> TRL's SFTTrainer, every recipe key as written), on a random-init Instella-3B saved locally
   in bf16 (the Hub id is replaced: a GPU node may have no Hub access) with the OLMo tokenizer and synthetic chats
   longer than the recipe's max_length (every row truncated to it): the median optimizer step (all accumulation
-  micro-batches) after warm-up steps, tokens/s, MFU and peak memory next to scripts/sizing.py's estimate.
+  micro-batches) after warm-up steps, tokens/s, MFU and peak memory next to scripts/sizing.py's estimate;
+- long: Instella-3B at long context on this one GPU (Instella-Long phase 1 without sequence parallelism): micro-batch
+  1 at each of `--long_seqs` (default 32K and 64K) with activation checkpointing, flash_attention_2 when installed
+  (sdpa otherwise): step time, tokens/s, MFU (6N + 12LHQT at that length) and peak memory next to scripts/sizing.py's
+  estimate for one GPU (DDP column: fp32 weights, gradients, AdamW, activations by its tally); a length that does not
+  fit reports OOM. `scripts/sizing.py --long_context true` has the multi-GPU / SP table this row anchors.
 """
 
 import argparse
@@ -182,6 +187,27 @@ def largest_fitting(fits: Callable[[int], bool], cap: int) -> tuple[int, bool]:
 
 
 # --- sections ----------------------------------------------------------------------------------------------------
+def long_rows(args, device, peak) -> list[dict]:
+    """Instella-3B fwd + bwd + AdamW at each of `args.long_seqs` tokens, micro-batch 1, activation checkpointing, with
+    the sizing model's one-GPU estimate beside the measured peak."""
+    from instella_recipes.systems.sizing import Cluster, memory_per_gpu
+
+    config = config_for("instella", args.smoke)
+    counts = flops.count_params_from_config(config)
+    attn = "flash_attention_2" if importlib.util.find_spec("flash_attn") and device.type == "cuda" else "sdpa"
+    rows = []
+    for seq in args.long_seqs:
+        estimate = memory_per_gpu(config, counts, Cluster(gpus_per_node=1, seq_len=seq, activation_checkpointing=True))
+        model, _ = prepare("instella", config, attn, device, checkpointing=True)
+        flops_token = flops.flops_per_token(config, seq, counts)
+        result = measure(model, device, 1, seq, args.steps, args.warmup, args.amp, flops_token, peak)
+        rows.append({"seq": seq, "attn": attn, "sizing_gb": estimate["DDP"]["total"], **result})
+        print(json.dumps(rows[-1]), flush=True)
+        del model
+        free(device)
+    return rows
+
+
 def device_peak(device, override_tflops: float | None) -> float | None:
     """Dense bf16 peak FLOP/s of this device (SPEC.md 6), or None when unknown (MFU is then not reported)."""
     if override_tflops:
@@ -422,11 +448,9 @@ def finetune_rows(args, device, peak) -> list[dict]:
         model_dir, data = finetune_inputs(Path(tmp), args.smoke, max_length, rows=steps * batch)
         for kind, path in FINETUNE_RECIPES.items():
             argv = finetune_argv(path, model_dir, data, Path(tmp) / kind, steps, args.smoke)
-            script, training, model_args = parse_recipe(
-                [sft.SFTArguments, sft.CheckedSFTConfig, CheckedModelConfig], argv
-            )
+            training, model_args = parse_recipe([sft.CheckedSFTConfig, CheckedModelConfig], argv)
             free(device)
-            trainer, _ = sft.build_trainer(script, training, model_args)
+            trainer, _ = sft.build_trainer(training, model_args)  # the lifecycle API (trainer/stage.py)
             clock = StepClock(device)
             trainer.add_callback(clock.callback)
             trainer.train()
@@ -531,13 +555,25 @@ def report(args, device, results) -> str:
             out.append(f"| `{r['recipe']}` | {r['step_s']:.3f} [{r['step_s_min']:.3f}, {r['step_s_max']:.3f}] | "
                        f"{r['tokens_per_step']:,} | {r['tokens_per_s']:,.0f} | {fmt(r['mfu'] and 100 * r['mfu'])}% | "
                        f"{fmt(r['peak_gib'])} | {r['sizing_gb']:.1f} |")  # fmt: skip
+    if "long" in results:
+        out += ["", "### Instella-3B at long context on one GPU (micro-batch 1, activation checkpointing, no SP)", "",
+                "| seq | attention | step s (median [min, max]) | tokens/s | MFU | peak GiB | sizing GB |",
+                "|---|---|---|---|---|---|---|"]  # fmt: skip
+        for r in results["long"]:
+            if r["status"] != "ok":
+                out.append(f"| {r['seq']:,} | {r['attn']} | {r['status']} | | | | {r['sizing_gb']:.1f} |")
+                continue
+            out.append(f"| {r['seq']:,} | {r['attn']} | {r['step_s']:.3f} [{r['step_s_min']:.3f}, "
+                       f"{r['step_s_max']:.3f}] | {r['tokens_per_s']:,.0f} | {fmt(r['mfu'] and 100 * r['mfu'])}% | "
+                       f"{fmt(r['peak_gib'])} | {r['sizing_gb']:.1f} |")  # fmt: skip
     return "\n".join(out)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sections", nargs="+", default=["train", "peers", "liger", "speculative", "finetune"],
-                        choices=["train", "peers", "liger", "speculative", "finetune"])  # fmt: skip
+    sections = ["train", "peers", "liger", "speculative", "finetune", "long"]
+    parser.add_argument("--sections", nargs="+", default=sections, choices=sections)
+    parser.add_argument("--long_seqs", type=int, nargs="+", default=[32768, 65536], help="the long section's lengths")
     parser.add_argument("--seq", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
@@ -554,13 +590,13 @@ def main(argv=None) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
     if args.smoke:  # toy sizes; compile through dynamo with the eager backend (no C++ toolchain, seconds)
         args.seq, args.steps, args.warmup, args.max_micro_batch, args.compile_backend = 32, 1, 1, 2, "eager"
-        args.prompt_tokens, args.new_tokens, args.draft_tokens = 8, 4, [2]
+        args.prompt_tokens, args.new_tokens, args.draft_tokens, args.long_seqs = 8, 4, [2], [64, 128]
     elif device.type != "cuda":
         sys.exit("bench_gpu needs a CUDA/ROCm GPU (torch.cuda.is_available() is False); `--smoke` runs on CPU")
     peak = device_peak(device, args.peak_tflops)
     name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (smoke)"
     results = {"device": name, "peak": peak, "args": {k: v for k, v in vars(args).items()}}
-    for section, run in (("train", train_rows), ("peers", peer_rows), ("liger", liger_rows)):
+    for section, run in (("train", train_rows), ("peers", peer_rows), ("liger", liger_rows), ("long", long_rows)):
         if section in args.sections:
             results[section] = run(args, device, peak)
     if "speculative" in args.sections:

@@ -7,6 +7,8 @@ MFU on MI300X, H100 and H200.
     python scripts/sizing.py --model runs/demo/stage1/config.json --json      # T defaults to the model's context
     python scripts/sizing.py --model instella-3b --gpus_per_node 1 --seq_len 2048 --lora_r 16 --weight_bytes 2
 
+    python scripts/sizing.py --model instella-3b --nodes 8 --long_context true   # Instella-Long: 64K/256K x SP 1/2/4/8
+
 `--model`: a preset (instella-3b, amd-llama-135m, zaya1-base, olmoe-1b-7b), an HF config.json or model folder, or a
 recipe YAML (its model_config / model_name_or_path). The formulas: instella_recipes/systems/sizing.py.
 """

@@ -92,7 +92,12 @@ def test_bench_gpu_smoke_runs_every_section(tmp_path, capsys):
     assert set(finetune) == {"lora", "full"} and all(r["status"] == "ok" for r in finetune.values())
     assert all(r["tokens_per_step"] == 2 * 32 and r["step_s"] > 0 for r in finetune.values())
     assert finetune["lora"]["sizing_gb"] < finetune["full"]["sizing_gb"]  # a frozen bf16 base, adapters only
+    # the long-context section: each length at micro-batch 1 with the sizing estimate beside it
+    long_rows = results["long"]
+    assert [r["seq"] for r in long_rows] == [64, 128] and all(r["status"] == "ok" for r in long_rows)
+    assert long_rows[0]["sizing_gb"] < long_rows[1]["sizing_gb"]  # activations grow with the length
     report = capsys.readouterr().out
+    assert "at long context on one GPU" in report
     assert "MFU" in report and "Largest micro-batch" in report and "bound at a = 0.66" in report
     assert "Instella-3B train step (" in report and "0.000B" not in report  # toy sizes read as K/M, not 0.000B
     assert "finetune-lora-1gpu.yaml" in report

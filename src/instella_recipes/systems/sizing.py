@@ -24,6 +24,16 @@ input norm + normed input 2h, q/k/v (H + 2 KV) x Q, attention output H x Q, MLP 
 expert a token visits (top_k for MoE, 1 dense): gate, up and their product 3 I. Plus the logits, b T V x (2 + 4) bytes
 (bf16 logits and the fp32 copy the loss makes). With activation checkpointing only each layer's input (h) is kept
 plus one layer's full set. This is Korthikanti et al. (2022)'s tally adapted to SwiGLU / GQA / MoE without dropout.
+
+Long context (Instella-Long, `--long_context`): with Ulysses sequence parallelism of size SP (Jacobs et al. 2023,
+"DeepSpeed Ulysses", arXiv:2309.14509) each GPU holds T / SP tokens of every activation outside attention, and inside
+attention the all-to-all trades that for all T tokens of H / SP heads: the same bytes. So the activation tally above
+is taken at b T / SP tokens per GPU (FlashAttention keeps no T x T scores; its O(T) softmax statistics are left out).
+SP must divide T and the heads. Time per step at a target MFU: global tokens x FLOPs per token (6N + 12LHQT,
+trainer/flops.py) / (GPUs x peak x MFU); the MFU counts model FLOPs only, so activation checkpointing's recompute (one
+more forward, 8N instead of 6N) is part of what the target MFU absorbs; SP's all-to-all time likewise. Global tokens
+per step are the authors' (INSTELLA_LONG_MATH.md 1.1): 64 x 64K (phase 1) and 32 unique x 256K (phase 2), on 8 nodes
+x 8 GPUs; weights/gradients/AdamW FSDP full-shard over all of them.
 """
 
 from __future__ import annotations
@@ -213,6 +223,7 @@ class Cluster:
     activation_checkpointing: bool = False
     lora_r: int = 0  # > 0: a frozen base plus rank-r adapters on `lora_targets`
     lora_targets: tuple[str, ...] = LORA_TARGETS
+    sequence_parallel: int = 1  # Ulysses SP size: each GPU holds seq_len / sequence_parallel tokens of activations
 
     @property
     def world(self) -> int:
@@ -238,7 +249,7 @@ def activation_bytes(config, cluster: Cluster) -> float:
     per_token_layer = (
         4 * d["h"] + (d["heads"] + 2 * d["kv_heads"]) * d["head_dim"] + d["heads"] * d["head_dim"]
     ) + 3 * d["intermediate"] * experts_per_token
-    tokens = cluster.micro_batch * cluster.seq_len
+    tokens = cluster.micro_batch * cluster.seq_len / cluster.sequence_parallel  # per GPU under Ulysses SP
     logits = tokens * d["vocab"] * (2 + 4)
     if cluster.activation_checkpointing:
         return tokens * (d["layers"] * d["h"] + per_token_layer) * 2 + logits
@@ -371,6 +382,77 @@ def render(report: dict) -> str:
     return "\n".join(lines)
 
 
+# --- long context (Instella-Long) ----------------------------------------------------------------------------------
+LONG_CONTEXT_STEPS = {65536: 64, 262144: 32}  # unique sequences per optimizer step (INSTELLA_LONG_MATH.md 1.1)
+LONG_CONTEXT_SP = (1, 2, 4, 8)
+LONG_CONTEXT_GPUS = ("MI300X", "H100")
+
+
+def step_seconds(flops_token: float, tokens_per_step: int, world: int, gpu: str, target_mfu: float) -> float:
+    """Seconds per optimizer step at `target_mfu`: tokens x FLOPs per token / (world x peak x MFU)."""
+    return tokens_per_step * flops_token / (world * PEAK_FLOPS[gpu] * target_mfu)
+
+
+def check_sequence_parallel(config, seq_len: int, sp: int) -> None:
+    """Ulysses splits the sequence into SP equal chunks and the heads into SP groups: both must divide."""
+    heads = dims(config)["heads"]
+    if seq_len % sp or heads % sp:
+        raise RecipeError(f"sequence_parallel {sp} must divide seq_len ({seq_len}) and the attention heads ({heads})")
+
+
+def long_context_grid(
+    config, cluster: Cluster, target_mfu: float = 0.4, steps: dict[int, int] | None = None
+) -> list[dict]:
+    """Memory (FSDP full shard, GB per GPU) and seconds per step for every (seq_len, SP, GPU) of the long-context
+    table, with activation checkpointing on and off. `steps`: seq_len -> unique sequences per step."""
+    counts = count_params_from_config(config)
+    rows = []
+    for seq_len, sequences in (steps or LONG_CONTEXT_STEPS).items():
+        flops = flops_per_token(config, seq_len, counts)
+        for sp in LONG_CONTEXT_SP:
+            check_sequence_parallel(config, seq_len, sp)
+            memory = {}
+            for checkpointing in (True, False):
+                shape = {**cluster.__dict__, "seq_len": seq_len, "micro_batch": 1}
+                shape.update(sequence_parallel=sp, activation_checkpointing=checkpointing)
+                memory[checkpointing] = memory_per_gpu(config, counts, Cluster(**shape))["FSDP full shard"]
+            for gpu in LONG_CONTEXT_GPUS:
+                rows.append(
+                    {
+                        "seq_len": seq_len,
+                        "sequence_parallel": sp,
+                        "gpu": gpu,
+                        "memory_gb_checkpointing": memory[True]["total"],
+                        "activations_gb_checkpointing": memory[True]["activations"],
+                        "memory_gb_no_checkpointing": memory[False]["total"],
+                        "fits_checkpointing": memory[True]["total"] <= GPU_MEMORY_GB[gpu] * 0.9,
+                        "fits_no_checkpointing": memory[False]["total"] <= GPU_MEMORY_GB[gpu] * 0.9,
+                        "sequences_per_step": sequences,
+                        "seconds_per_step": step_seconds(flops, sequences * seq_len, cluster.world, gpu, target_mfu),
+                    }
+                )
+    return rows
+
+
+def render_long_context(rows: list[dict], cluster: Cluster, target_mfu: float) -> str:
+    lines = [
+        f"## Long context: FSDP full shard over {cluster.nodes} x {cluster.gpus_per_node} GPUs, micro-batch 1, "
+        f"Ulysses SP, {target_mfu:.0%} MFU",
+        "",
+        "| seq_len | SP | GPU | GB/GPU (act. ckpt) | of which activations | GB/GPU (no ckpt) | fits (ckpt / no) | "
+        "sequences/step | s/step |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        fits = f"{'yes' if r['fits_checkpointing'] else 'no'} / {'yes' if r['fits_no_checkpointing'] else 'no'}"
+        lines.append(
+            f"| {r['seq_len']:,} | {r['sequence_parallel']} | {r['gpu']} | {r['memory_gb_checkpointing']:.1f} | "
+            f"{r['activations_gb_checkpointing']:.1f} | {r['memory_gb_no_checkpointing']:.1f} | {fits} | "
+            f"{r['sequences_per_step']} | {r['seconds_per_step']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
 # --- the command (scripts/sizing.py) --------------------------------------------------------------------------------
 @dataclass
 class SizingArguments:
@@ -392,10 +474,15 @@ class SizingArguments:
     lora_r: int = field(
         default=0, metadata={"help": "LoRA rank (0: full training); the base is frozen at weight_bytes"}
     )
+    sequence_parallel: int = field(default=1, metadata={"help": "Ulysses SP size (divides seq_len and the heads)"})
+    long_context: bool = field(
+        default=False,
+        metadata={"help": "print the Instella-Long table instead: 64K / 256K x SP 1/2/4/8 x MI300X / H100"},
+    )
     json: bool = field(default=False, metadata={"help": "print JSON instead of tables"})
 
     def __post_init__(self):
-        check_positive(self, "nodes", "gpus_per_node", "micro_batch")
+        check_positive(self, "nodes", "gpus_per_node", "micro_batch", "sequence_parallel")
         check_range("seq_len", self.seq_len, 1, integer=True, allow_none=True)
         check_range("lora_r", self.lora_r, 0, integer=True)
         check_range("tokenizer_vocab", self.tokenizer_vocab, 1, integer=True, allow_none=True)
@@ -413,7 +500,12 @@ def main(argv: list[str] | None = None) -> None:
     seq_len = args.seq_len or getattr(config, "max_position_embeddings", None) or 4096  # the model's context
     cluster = Cluster(
         args.nodes, args.gpus_per_node, args.micro_batch, seq_len, args.weight_bytes, args.grad_bytes,
-        args.optimizer_bytes, args.activation_checkpointing, args.lora_r,
+        args.optimizer_bytes, args.activation_checkpointing, args.lora_r, sequence_parallel=args.sequence_parallel,
     )  # fmt: skip
+    if args.long_context:
+        rows = long_context_grid(config, cluster, args.target_mfu)
+        print(json.dumps(rows, indent=1) if args.json else render_long_context(rows, cluster, args.target_mfu))
+        return
+    check_sequence_parallel(config, seq_len, args.sequence_parallel)
     report = size(config, cluster, args.target_mfu, args.tokenizer_vocab)
     print(json.dumps(report, indent=1) if args.json else render(report))

@@ -107,3 +107,34 @@ def test_lora_memory_counts_adapters_as_peft_builds_them(tiny_model_dir):
     assert ddp["gradients"] == pytest.approx(adapters * 4 / 1e9) and ddp["optimizer"] == pytest.approx(
         adapters * 8 / 1e9
     )
+
+
+def test_long_context_grid_hand_computed(capsys):
+    """Instella-3B (h 2560, 36 layers, 32 heads x 80, intermediate 6912, vocab 50304) at 64K with SP 4 and
+    activation checkpointing: 16,384 tokens per GPU x ((36 x 2560 + 41,216) x 2 + 50,304 x 6) bytes, where 41,216 =
+    4 x 2560 + (32 + 64) x 80 + 32 x 80 + 3 x 6912 is one layer's full set per token."""
+    rows = json.loads(run(capsys, "--model", "instella-3b", "--nodes", "8", "--long_context", "true", "--json"))
+    grid = {(r["seq_len"], r["sequence_parallel"], r["gpu"]): r for r in rows}
+    assert len(grid) == 2 * 4 * 2
+    row = grid[(65536, 4, "MI300X")]
+    assert row["activations_gb_checkpointing"] == pytest.approx(16384 * (266_752 + 301_824) / 1e9)  # 9.3155 GB
+    # SP divides the activations exactly; weights/grads/AdamW (FSDP over 64 GPUs) do not change with SP
+    sp1, sp8 = grid[(262144, 1, "H100")], grid[(262144, 8, "H100")]
+    assert sp1["activations_gb_checkpointing"] == pytest.approx(8 * sp8["activations_gb_checkpointing"])
+    assert sp1["memory_gb_checkpointing"] - sp1["activations_gb_checkpointing"] == pytest.approx(
+        sp8["memory_gb_checkpointing"] - sp8["activations_gb_checkpointing"]
+    )
+    # phase 1 step: 64 x 65,536 tokens x (6 x 2,983,897,600 + 12 x 36 x 2560 x 65,536) / (64 x 1307e12 x 0.4)
+    flops_token = 6 * 2_983_897_600 + 12 * 36 * 2560 * 65536
+    assert row["seconds_per_step"] == pytest.approx(64 * 65536 * flops_token / (64 * 1307e12 * 0.4))  # 11.33 s
+    assert grid[(65536, 1, "H100")]["seconds_per_step"] == pytest.approx(row["seconds_per_step"] * 1307 / 989)
+    # the authors' phase 2 (256K, SP 4) fits an MI300X with checkpointing; 256K without SP does not fit an H100
+    assert grid[(262144, 4, "MI300X")]["fits_checkpointing"] and not sp1["fits_checkpointing"]
+    text = run(capsys, "--model", "instella-3b", "--nodes", "8", "--long_context", "true")
+    assert "| 262,144 | 4 | MI300X |" in text
+
+
+def test_sequence_parallel_must_divide_heads_and_length(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        sizing.main(["--model", "instella-3b", "--seq_len", "4096", "--sequence_parallel", "3"])
+    assert exit_info.value.code == 2 and "sequence_parallel 3 must divide seq_len (4096)" in capsys.readouterr().err
