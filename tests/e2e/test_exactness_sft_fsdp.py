@@ -26,7 +26,12 @@ def chats(tmp_path_factory):
 
 
 def _run(model_dir, data, out: Path, policy: str) -> list[dict]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        OMP_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
         str(ROOT / "tests/helpers/sft_fsdp_worker.py"), str(model_dir), str(data), str(out), policy,

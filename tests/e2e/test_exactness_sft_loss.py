@@ -43,7 +43,12 @@ def _hand_gradient(model_dir, ranks: list[list[dict]], per_device: bool) -> dict
 def test_sft_loss_is_normalised_per_device_then_averaged(tiny_model_dir, tmp_path):
     data = tmp_path / "chats.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in _conversations()))
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        OMP_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
         str(ROOT / "tests/helpers/sft_loss_worker.py"), str(tiny_model_dir), str(data), str(tmp_path),

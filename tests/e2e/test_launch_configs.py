@@ -6,6 +6,12 @@ load through the AutoClass, equal the 1-process run's weights within tolerance, 
 `save_pretrained` writes beside the stage's own records. And a SIGTERM under FSDP (its SHARDED_STATE_DICT checkpoint)
 resumes SFT bit-exact, as pretraining does.
 
+The runs compute in fp32 (`WORKER_PRECISION=no`): bf16 on a CPU is autocast emulation, and under it the first Adam
+steps of two runs differ by about the learning rate, more than the update itself (measured: SFT moved 1.7e-3, the
+FSDP run differed from the 1-process run by 3.0e-3), so the comparison would prove nothing, not even that the
+trained weights and not the initial ones were saved. Every FSDP/DDP setting of the config is kept; bf16 under FSDP
+(its all-gather and reduce dtypes) is tests/e2e/test_exactness_sft_fsdp.py's.
+
 Lean by design: the tiny model, 2 optimizer steps, 8 rows; one 1-process reference per (stage, LoRA, precision)."""
 
 import json
@@ -67,7 +73,8 @@ def _raw(config: str) -> dict:
 
 
 def _argv(stage: str, lora: bool, model_dir: Path, data_dir: Path, out: Path, world: int) -> list[str]:
-    """The stage's tiny recipe, 2 steps of global batch 4 whatever the process count."""
+    """The stage's tiny recipe, 2 steps of global batch 4 whatever the process count (LoRA without dropout: its
+    masks come from each process's own random stream, so no two process counts could agree)."""
     per_device = str(4 // world)
     common = ["--output_dir", str(out), "--max_steps", str(STEPS), "--report_to", "none", "--save_strategy", "no",
               "--per_device_train_batch_size", per_device, "--gradient_accumulation_steps", "1",
@@ -78,7 +85,8 @@ def _argv(stage: str, lora: bool, model_dir: Path, data_dir: Path, out: Path, wo
         return ["--data_dir", str(data_dir), "--model_config", json.dumps(TINY_MODEL), "--learning_rate", "3e-3",
                 "--dataloader_drop_last", "true", *common]  # fmt: skip
     argv = ["--config", str(ROOT / "recipes" / "tiny" / f"{stage}.yaml"), "--model_name_or_path", str(model_dir),
-            "--max_samples", "8", *common]  # fmt: skip
+            "--max_samples", "8", "--warmup_steps", "0", "--learning_rate", "1e-2" if lora else "3e-3",
+            *common]  # fmt: skip
     if lora:
         argv += [
             "--use_peft",
@@ -90,6 +98,8 @@ def _argv(stage: str, lora: bool, model_dir: Path, data_dir: Path, out: Path, wo
             "--lora_target_modules",
             "q_proj",
             "v_proj",
+            "--lora_dropout",
+            "0",
         ]
     return argv
 
@@ -99,7 +109,7 @@ def run_worker(
 ) -> subprocess.CompletedProcess:
     path = os.pathsep.join([str(ROOT / "src"), str(ROOT)])  # this clone's package, not an installed copy
     env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-               WORKER_RECORD=str(record), **env)  # fmt: skip
+               WORKER_RECORD=str(record), WORKER_PRECISION="no", **env)  # fmt: skip
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
                str(WORKER), str(ROOT / "accelerate_configs" / f"{config}.yaml"), stage, "--", *argv]  # fmt: skip
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -116,15 +126,14 @@ def pretrain_data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def references(tiny_model_dir, pretrain_data, tmp_path_factory):
-    """The 1-process run of (stage, LoRA, bf16), made once: single_gpu.yaml (bf16) or cpu_2proc_srun.yaml (fp32) on
-    one process, neither of which shards anything."""
+    """The 1-process run of (stage, LoRA), made once: single_gpu.yaml, which shards nothing."""
     made = {}
 
-    def reference(stage: str, lora: bool, bf16: bool) -> Path:
-        key = (stage, lora, bf16)
+    def reference(stage: str, lora: bool) -> Path:
+        key = (stage, lora)
         if key not in made:
             out = tmp_path_factory.mktemp("reference") / stage
-            config = "single_gpu" if bf16 else "cpu_2proc_srun"
+            config = "single_gpu"
             argv = _argv(stage, lora, tiny_model_dir, pretrain_data, out, world=1)
             done = run_worker(config, stage, argv, 1, out.parent / "record")
             assert done.returncode == 0, done.stderr[-3000:]
@@ -167,7 +176,6 @@ def test_every_launch_config_ends_with_a_model(
 ):
     raw = _raw(config)
     world = 1 if raw["num_processes"] == 1 else 2
-    bf16 = str(raw.get("mixed_precision")) == "bf16"
     out = tmp_path / stage
     done = run_worker(config, stage, _argv(stage, lora, tiny_model_dir, pretrain_data, out, world), world,
                       tmp_path / "record")  # fmt: skip
@@ -183,15 +191,17 @@ def test_every_launch_config_ends_with_a_model(
     assert manifest["global_step"] == STEPS and manifest["world_size"] == world
     _check_saved_pretrained_only(out, lora)
 
-    reference = references(stage, lora, bf16)
+    reference = references(stage, lora)
     assert _files(out) == _files(reference)
     ours, theirs = _weights(out), _weights(reference)
     initial = _weights(tiny_model_dir) if stage != "pretrain" else None
     assert ours.keys() == theirs.keys()
-    for name, tensor in ours.items():
-        torch.testing.assert_close(tensor, theirs[name], rtol=0, atol=2e-2 if bf16 else 1e-5, msg=name)
-    if initial is not None:  # the run trained: the comparison is of trained weights
-        assert any((ours[k] - initial[k]).abs().max() > 1e-3 for k in initial)
+    differs = max((tensor - theirs[name]).abs().max().item() for name, tensor in ours.items())
+    assert differs <= 1e-4, differs  # fp32: only the order of the sums differs (sharded reduce-scatter, DDP buckets)
+    if initial is not None:  # the runs trained, by far more than they differ: the comparison is of trained weights
+        moved = max((theirs[k] - initial[k]).abs().max().item() for k in initial)
+        assert moved > 10 * differs, (moved, differs)
+        print(f"weights: moved {moved:.3g}, differ from the 1-process run by {differs:.3g}")
 
 
 def test_sft_sigterm_under_fsdp_resumes_bit_exact(tiny_model_dir, pretrain_data, tmp_path):

@@ -5,6 +5,7 @@ Issue 13: no silent success. Non-finite input weights are refused (naming the te
 or converting; a run whose every step was skipped fails; a run that died before its first checkpoint does not pin
 its folder; a damaged newest checkpoint falls back to the previous complete one."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -46,7 +47,8 @@ def test_overwrite_replaces_a_complete_output_of_another_stage_from_scratch(post
     sft_main(sft_argv(post_world, out, "--overwrite", "true", "--max_steps", "3"))
     manifest = read_manifest(out)
     assert manifest["stage"] == "sft" and manifest["global_step"] == 3
-    assert not (out / "run.json").exists() and not (out / "checkpoint-2").exists()  # nothing of the pretrain run
+    assert not (out / "checkpoint-2").exists()  # nothing of the pretrain run: its run.json is the SFT run's
+    assert json.loads((out / "run.json").read_text())["fingerprint"] == manifest["run"]["fingerprint"]
 
 
 def test_sigkill_while_sft_overwrites_a_complete_folder_leaves_no_manifest(post_world, tmp_path):

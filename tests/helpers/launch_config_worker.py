@@ -51,14 +51,18 @@ def parallelism(raw: dict, world_size: int):
     return ParallelismConfig(dp_replicate_size=1, dp_shard_size=world_size, tp_size=1, cp_size=1)
 
 
+def _precision(raw: dict) -> str:
+    """The config's `mixed_precision`, unless the test asks for another (`WORKER_PRECISION=no`: fp32)."""
+    return os.environ.get("WORKER_PRECISION") or str(raw.get("mixed_precision", "no"))
+
+
 def apply_config(path: str) -> str:
     """Set up the accelerator state as `accelerate launch --config_file path` would, on CPU; returns its precision."""
     raw = yaml.safe_load(open(path))
-    precision = str(raw.get("mixed_precision", "no"))
+    precision = _precision(raw)
     if raw["distributed_type"] != "FSDP":
         return precision
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    accelerator = Accelerator(cpu=True, mixed_precision=precision, parallelism_config=parallelism(raw, world_size))
+    accelerator = Accelerator(cpu=True, mixed_precision=precision)
     plugin = fsdp_plugin(raw["fsdp_config"])
     if precision == "bf16":
         plugin.set_mixed_precision("bf16")  # what AcceleratorState does with an FSDP plugin and bf16
@@ -73,13 +77,16 @@ def main(config: str, stage: str, *argv: str) -> int:
     `TrainingArguments` set up their own device state while parsing), as the lifecycle starts."""
     torch.set_num_threads(1)
     argv = list(argv[1:] if argv and argv[0] == "--" else argv)
-    bf16 = str(yaml.safe_load(open(config)).get("mixed_precision", "no")) == "bf16"
+    bf16 = _precision(yaml.safe_load(open(config))) == "bf16"
     argv += ["--use_cpu", "true", "--bf16", "true" if bf16 else "false"]
     module = importlib.import_module(STAGES[stage])
     run_stage = module.run_stage
 
     def configured_run_stage(stage, *args, **kwargs):
         apply_config(config)
+        # the Trainer hands its arguments' parallelism_config to its Accelerator, as `accelerate launch` with a
+        # `parallelism_config` section does through the environment
+        stage.args.parallelism_config = parallelism(yaml.safe_load(open(config)), int(os.environ.get("WORLD_SIZE", 1)))
         built = []
         build_trainer = stage.build_trainer
 

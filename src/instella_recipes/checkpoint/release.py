@@ -159,23 +159,37 @@ def resolved_hyperparameters(manifest: dict | None, recipe_data: dict) -> tuple[
 
 def resolved_datasets(manifest: dict | None, recipe_data: dict) -> dict:
     """What the run trained on: the manifest's `datasets` (the settings fields whose role is `data`), else the
-    recipe file's keys with that role."""
+    recipe file's keys with that role or naming datasets."""
     if isinstance((manifest or {}).get("datasets"), dict):
         return {k: v for k, v in manifest["datasets"].items() if v not in (None, [], "")}
     names = _names_with_role(DATA, (manifest or {}).get("stage"))
-    return {k: v for k, v in recipe_data.items() if k in names}
+    # and a recipe written for another tool names its data after datasets (alignment-handbook's `dataset_mixture`)
+    return {k: v for k, v in recipe_data.items() if k in names or "dataset" in k}
 
 
-def dataset_ids(datasets: dict) -> list[str]:
+def dataset_ids(datasets) -> list[str]:
     """The dataset names for the card's `datasets` metadata: each source's Hub id or path (`path`, `dataset`,
-    `name`, or the source kind such as `tiny_world`), each data folder or file list as given."""
+    `name`, or the source kind such as `{tiny_world: {}}`), each data folder or file list as given; nested
+    mixtures (`{datasets: [...]}`) are walked."""
     out = []
-    for value in datasets.values():
-        for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, dict):
-                item = item.get("path") or item.get("dataset") or item.get("name") or next(iter(item), None)
-            if isinstance(item, str) and item not in out:
-                out.append(item)
+
+    def walk(value) -> None:
+        if isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif isinstance(value, dict):
+            named = value.get("path") or value.get("dataset") or value.get("name")
+            kinds = [key for key, setting in value.items() if isinstance(setting, dict)]
+            if isinstance(named, str):
+                walk(named)
+            elif kinds:  # a generated source: {tiny_world: {...}, split: sft}
+                walk(kinds[0])
+            else:
+                walk(list(value.values()))
+        elif isinstance(value, str) and value not in out:
+            out.append(value)
+
+    walk(list(datasets.values()))
     return out
 
 

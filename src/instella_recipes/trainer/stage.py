@@ -216,7 +216,9 @@ def _run(stage: Stage) -> int:
         return 0
     model = stage.build_model(data)
     stage.stop_point("after loading the model")
-    resume = resolve_resume(stage.args.resume_from_checkpoint, output_dir)
+    # a complete output still here is one --overwrite replaces: claim_run_dir empties it, so none of its checkpoints
+    replacing = read_manifest(output_dir) is not None
+    resume = None if replacing else resolve_resume(stage.args.resume_from_checkpoint, output_dir)
     if stage.args.process_index == 0:
         claim_run_dir(output_dir, identity, stage.overwrite, stage.inputs())
     trainer = stage.build_trainer(data, model, [stage.preemption])

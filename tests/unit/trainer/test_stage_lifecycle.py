@@ -140,7 +140,9 @@ def test_model_card_header_has_base_model_and_datasets_in_the_hub_layout(tmp_pat
     manifest = {
         "stage": "sft",
         "inputs": {"model": "amd/Instella-3B"},
-        "datasets": {"sources": [{"path": "HuggingFaceTB/smoltalk", "split": "train"}, {"tiny_world": {}}]},
+        "datasets": {
+            "sources": [{"path": "HuggingFaceTB/smoltalk", "split": "train"}, {"tiny_world": {}, "split": "sft"}]
+        },
     }
     args = ReleaseArguments(model_dir=str(tmp_path), output_dir=str(tmp_path / "rel"))
     header = yaml.safe_load(card_data(args, "instella", [], manifest).to_yaml())
