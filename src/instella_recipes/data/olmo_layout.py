@@ -275,6 +275,9 @@ def _write_groups(work: Path, groups: list[list[str]], todo: list[int], tok, eos
         atomic_write_text(done_dir / f"{group}.json", json.dumps(result) + "\n")
 
     stems = {g: str(work / dolma_tokens.part_prefix(g, num)) for g in todo}
+    for g in todo:  # leftovers of a group that was cut short (a group is written by one process only)
+        for stale in work.glob(f"{dolma_tokens.part_prefix(g, num)}-*"):
+            stale.unlink()
     with tqdm(desc=f"tokenizing {work.name.removesuffix('.partial')}", unit="doc", unit_scale=True) as bar:
         if num_proc <= 1 or len(todo) <= 1:
             for g in todo:
@@ -324,29 +327,48 @@ def _sample_record(source: TokenSource, plan: "_Plan", results: list[dict], seed
     }  # fmt: skip
 
 
-def _write_destination(args, plan: "_Plan", tok, eos_id, dtype, meta) -> None:
-    """Build `plan.dest` in its partial folder (resuming at the first group not recorded as done), write its
-    manifest last and swap it into place (a folder there loses its manifest first: `swap_in_folder`)."""
-    source, dest, settings, digest = plan.source, plan.dest, plan.settings, plan.digest
-    work = partial_path(dest)
+def _open_destination(args, plan: "_Plan") -> None:
+    """Open `plan.dest`'s partial folder: resume it when it is being built from the same inputs (the groups
+    recorded as done stay), else start it empty. Sets the plan's work folder, groups, groups to do and sample."""
+    dest, digest = plan.dest, plan.digest
+    work = plan.work = partial_path(dest)
     state = work / _STATE
     resumed = work.is_dir() and state.is_file() and json.loads(state.read_text()).get("fingerprint") == digest
     if not resumed:
         shutil.rmtree(work, ignore_errors=True)
         (work / _DONE).mkdir(parents=True)
         atomic_write_text(state, json.dumps({"fingerprint": digest}) + "\n")
-    groups = group_paths(plan.files, settings)
-    done = {int(p.stem) for p in (work / _DONE).glob("*.json")}
-    todo = [g for g in range(len(groups)) if g not in done]
+    plan.groups = group_paths(plan.files, plan.settings)
+    done = done_groups(work)
+    plan.todo = [g for g in range(len(plan.groups)) if g not in done]
     if resumed:
-        logger.info(f"prepare_data: resuming {dest}: {len(done)} of {len(groups)} groups already written")
-    for g in todo:  # leftovers of a group that was cut short
-        for stale in work.glob(f"{dolma_tokens.part_prefix(g, len(groups))}-*"):
-            stale.unlink()
-    sample = None
+        logger.info(f"prepare_data: resuming {dest}: {len(done)} of {len(plan.groups)} groups already written")
+    source = plan.source
     if source.sample and "fraction" in source.sample:
-        sample = DocumentSample(source.sample["fraction"], args.seed, source.name, str(plan.base))
-    _write_groups(work, groups, todo, tok, eos_id, dtype, settings, args.num_proc or 1, sample)
+        plan.sample = DocumentSample(source.sample["fraction"], args.seed, source.name, str(plan.base))
+
+
+def done_groups(work: Path) -> set[int]:
+    """The groups of a partial destination folder recorded as completely written."""
+    return {int(p.stem) for p in (work / _DONE).glob("*.json")}
+
+
+def write_plan_groups(plan: "_Plan", groups: list[int], tok, eos_id, dtype, num_proc: int) -> None:
+    """Write `groups` of `plan` (those not recorded as done) into its partial folder, `num_proc` workers."""
+    todo = sorted(set(groups) - done_groups(plan.work))
+    _write_groups(plan.work, plan.groups, todo, tok, eos_id, dtype, plan.settings, num_proc, plan.sample)
+
+
+def _finish_destination(args, plan: "_Plan", meta) -> None:
+    """Once every group of `plan` is done: write its manifest last and swap the folder into place (a folder there
+    loses its manifest first: `swap_in_folder`)."""
+    source, dest, groups, work = plan.source, plan.dest, plan.groups, plan.work
+    missing = sorted(set(range(len(groups))) - done_groups(work))
+    if missing:
+        raise RecipeError(
+            f"source '{source.name}': groups {missing[:10]}{' ...' if len(missing) > 10 else ''} of {len(groups)} "
+            f"are not written yet ({work}); run prepare_data again to write them"
+        )
     results = [json.loads((work / _DONE / f"{g}.json").read_text()) for g in range(len(groups))]
     token_files = [f for r in results for f in r["files"]]
     invalid = sum(r["invalid_rows"] for r in results)
@@ -354,11 +376,11 @@ def _write_destination(args, plan: "_Plan", tok, eos_id, dtype, meta) -> None:
         examples = [e for r in results for e in r["examples"]][:5]
         logger.warning(f"prepare_data: {source.name}: skipped {invalid} rows dolma skips, e.g. {examples}")
     shutil.rmtree(work / _DONE)
-    state.unlink()
+    (work / _STATE).unlink()
     sampled = _sample_record(source, plan, results, args.seed)
     write_manifest(
         work, STAGE, digests={k: v for r in results for k, v in r.get("digests", {}).items()}, layout=LAYOUT,
-        fingerprint=digest, inputs=plan.inputs, **meta, sample=sampled,
+        fingerprint=plan.digest, inputs=plan.inputs, **meta, sample=sampled,
         token_files=token_files, num_files=len(token_files), total_tokens=sum(f["tokens"] for f in token_files),
         documents=sum(f["documents"] for f in token_files),
         skipped_rows={"empty_text": sum(r["empty_rows"] for r in results), "invalid": invalid},
@@ -381,6 +403,24 @@ class _Plan:
     settings: DolmaTokensArguments | None = None
     digest: str = ""
     inputs: dict = field(default_factory=dict)
+    work: Path | None = None  # the partial folder, its groups (input paths) and those not yet written
+    groups: list[list[str]] = field(default_factory=list)
+    todo: list[int] = field(default_factory=list)
+    sample: DocumentSample | None = None
+
+
+@dataclass
+class TokenWork:
+    """A checked `layout: olmo` run: the sources whose folders are to be (re)built, with their partial folders open,
+    and what the finish needs (every source of the recipe, the tokenizer and the manifests' common fields)."""
+
+    root: Path
+    every_source: list[TokenSource]
+    plans: list[_Plan]
+    meta: dict
+    tok: object
+    eos_id: int
+    dtype: np.dtype
 
 
 def _plan_sources(args, sources: list[TokenSource], root: Path, root_replaced: bool) -> list[_Plan]:
@@ -414,7 +454,17 @@ def _claim_root(root: Path, overwrite: bool, foreign: bool) -> None:
 
 
 def prepare_token_files(args) -> Path:
-    """Write (or reuse) one folder of OLMo token files per source under `args.output_dir`; return that root."""
+    """Write (or reuse) one folder of OLMo token files per source under `args.output_dir`; return that root. In this
+    process, `num_proc` workers; `token_tasks.py` runs the same groups as datatrove tasks."""
+    work = plan_token_files(args)
+    for plan in work.plans:
+        write_plan_groups(plan, plan.todo, work.tok, work.eos_id, work.dtype, args.num_proc or 1)
+    return finish_token_files(args, work)
+
+
+def plan_token_files(args) -> TokenWork:
+    """Every check of a `layout: olmo` run, before any token is written; then the partial folder of every source to
+    (re)build is opened (resumed where it was being built from the same inputs)."""
     if not args.sources:
         raise RecipeError("no sources: list at least one under 'sources' in the recipe")
     if not args.tokenizer:
@@ -458,6 +508,7 @@ def prepare_token_files(args) -> Path:
         "group g Random(f'{seed}-{g}')",
     }  # fmt: skip
     plans = _plan_sources(args, sources, root, foreign_root)  # every check before any token is written
+    todo = []
     claimed = False
     if foreign_root:
         _claim_root(root, args.overwrite, foreign=True)
@@ -480,9 +531,18 @@ def prepare_token_files(args) -> Path:
         if not claimed:  # the root's summary and list no longer hold while a folder under it changes
             _claim_root(root, args.overwrite, foreign=False)
             claimed = True
-        _write_destination(args, plan, tok, eos_id, dtype, meta)
-    _write_root_manifest(root, every_source, meta)
-    return root
+        _open_destination(args, plan)
+        todo.append(plan)
+    return TokenWork(root, every_source, todo, meta, tok, eos_id, dtype)
+
+
+def finish_token_files(args, work: TokenWork) -> Path:
+    """Once every group is written: each rebuilt folder's manifest and swap, then `token_files.txt` and the root's
+    manifest (when every source of the recipe has its folder); returns the root."""
+    for plan in work.plans:
+        _finish_destination(args, plan, work.meta)
+    _write_root_manifest(work.root, work.every_source, work.meta)
+    return work.root
 
 
 def _write_root_manifest(root: Path, sources: list[TokenSource], meta: dict) -> None:
