@@ -247,6 +247,17 @@ def _slurm_states(job_ids: list[str]) -> set[str]:
     return set(done.stdout.split())
 
 
+class _SlurmExecutor(SlurmPipelineExecutor):
+    """datatrove's Slurm executor without a `--partition` line when none is given (the cluster's default partition;
+    datatrove always writes one)."""
+
+    def get_sbatch_args(self, max_array: int = 1) -> dict:
+        out = super().get_sbatch_args(max_array)
+        if not out.get("partition"):
+            out.pop("partition", None)
+        return out
+
+
 def _submit(args, folder: Path, step: TokenGroupsStep) -> None:
     """The groups as a Slurm array (one task per array element, `num_proc` CPUs each), and the finishing step as a
     job `afterok` the array (cancelled, not left pending, if a task fails)."""
@@ -264,15 +275,20 @@ def _submit(args, folder: Path, step: TokenGroupsStep) -> None:
         "env_command": f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH",
         "sbatch_args": {"kill-on-invalid-dep": "yes"}, "requeue": False,
     }  # fmt: skip
-    tasks = SlurmPipelineExecutor(
+    tasks = _SlurmExecutor(
         [step], tasks=args.tasks, cpus_per_task=args.num_proc or 1, workers=args.workers or -1,
         job_name=f"prepare:{Path(args.output_dir).name}", logging_dir=str(folder / "datatrove"), **common,
     )  # fmt: skip
-    finish = SlurmPipelineExecutor(
+    finish = _SlurmExecutor(
         [FinishStep(args)], tasks=1, depends=tasks, job_name=f"prepare-finish:{Path(args.output_dir).name}",
         logging_dir=str(folder / "finish"), **common,
     )  # fmt: skip
-    finish.run()  # launches `tasks` first (datatrove's depends), then itself afterok
+    try:
+        finish.run()  # launches `tasks` first (datatrove's depends), then itself afterok
+    except subprocess.CalledProcessError as err:  # sbatch refused; its own message (stderr) is above
+        raise RecipeError(
+            f"sbatch refused the prepare_data tasks (exit {err.returncode}; its message is above)"
+        ) from None
     jobs = {"tasks": str(tasks.job_id), "finish": str(finish.job_id)}
     jobs_file.write_text(json.dumps(jobs) + "\n")
     logger.info(

@@ -19,7 +19,7 @@ from tests.unit.data.test_dolma_tokens import TOKENIZER, write_documents
 SETTINGS = ["--processes", "3", "--max_size", "6000", "--batch_size", "3"]
 
 
-def _argv(tmp_path: Path, out: Path, *extra: str, tokenizer: Path = TOKENIZER) -> list[str]:
+def two_source_argv(tmp_path: Path, out: Path, *extra: str, tokenizer: Path = TOKENIZER) -> list[str]:
     """Two sources (3 and 2 groups: 5 groups for the tasks to share), the olmo layout."""
     sources = [
         {"name": "a", "path": str(tmp_path / "docs"), "data_files": ["*"], "destination": "web/a"},
@@ -37,7 +37,7 @@ def corpus(tmp_path_factory):
     return tmp
 
 
-def _snapshot(out: Path) -> dict[str, bytes]:
+def snapshot(out: Path) -> dict[str, bytes]:
     """Every file under output_dir, manifests without their time stamp (nor, in the root's, the checksums of the
     destinations' manifests, which hold theirs)."""
     files = {}
@@ -58,8 +58,8 @@ def _snapshot(out: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def one_process(corpus):
     out = corpus / "one"
-    assert prepare_main(_argv(corpus, out)) == 0
-    return _snapshot(out)
+    assert prepare_main(two_source_argv(corpus, out)) == 0
+    return snapshot(out)
 
 
 def test_groups_go_round_robin_over_the_tasks():
@@ -72,8 +72,8 @@ def test_groups_go_round_robin_over_the_tasks():
 def test_any_number_of_tasks_writes_the_one_process_bytes(corpus, one_process, tasks):
     """Token files, their metadata, every manifest and token_files.txt: the same bytes for 1, 2 and 3 tasks."""
     out = corpus / f"tasks{tasks}"
-    assert prepare_main(_argv(corpus, out, "--executor", "local", "--tasks", str(tasks))) == 0
-    got = _snapshot(out)
+    assert prepare_main(two_source_argv(corpus, out, "--executor", "local", "--tasks", str(tasks))) == 0
+    got = snapshot(out)
     assert got == one_process
     assert len([k for k in got if k.endswith(".npy")]) >= 5 and "token_files.txt" in got
     run = next(tasks_root(out).glob(f"*/{PLAN}")).parent
@@ -99,7 +99,7 @@ def test_a_killed_task_reruns_alone_and_the_finished_ones_are_skipped(corpus, on
     """Task 1 of 2 dies in its second group (source b's group 0; items a0 b0 | a1 b1 | a2 -> task 1 has a1, b0):
     nothing looks complete; the rerun skips task 0 (its files untouched) and rewrites only the killed group."""
     out = corpus / "killed"
-    argv = _argv(corpus, out, "--executor", "local", "--tasks", "2")
+    argv = two_source_argv(corpus, out, "--executor", "local", "--tasks", "2")
     _kill_group(monkeypatch, 0)
     with pytest.raises(KeyboardInterrupt):
         prepare_main(argv)
@@ -111,7 +111,7 @@ def test_a_killed_task_reruns_alone_and_the_finished_ones_are_skipped(corpus, on
     status = capsys.readouterr().out
     assert "1 of 2 tasks done; not done: [1]" in status and "not complete" in status
     assert prepare_main(argv) == 0
-    assert _snapshot(out) == one_process
+    assert snapshot(out) == one_process
     after = {p.name: p.stat().st_mtime_ns for p in out.rglob("*.npy")}
     kept = {p.name: t for p, t in before.items()}
     assert all(after[name] == t for name, t in kept.items() if name.startswith("part-0-") or "web" in name)
@@ -126,7 +126,7 @@ def test_a_node_without_an_input_file_or_with_another_tokenizer_stops_with_one_l
     tok = tmp_path / "tokenizer.json"
     shutil.copy(TOKENIZER, tok)
     out = tmp_path / "out"
-    argv = _argv(tmp_path, out, "--executor", "local", "--tasks", "2", tokenizer=tok)
+    argv = two_source_argv(tmp_path, out, "--executor", "local", "--tasks", "2", tokenizer=tok)
     _kill_group(monkeypatch, 0)
     with pytest.raises(KeyboardInterrupt):
         prepare_main(argv)
@@ -160,7 +160,7 @@ def test_a_second_run_on_the_same_output_is_refused(corpus, tmp_path, capsys):
         handle.flush()
         fcntl.flock(handle, fcntl.LOCK_EX)
         with pytest.raises(SystemExit) as err:
-            prepare_main(_argv(corpus, out, "--executor", "local", "--tasks", "2"))
+            prepare_main(two_source_argv(corpus, out, "--executor", "local", "--tasks", "2"))
     assert err.value.code == 2
     (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]
     assert "is being written by another prepare_data run (pid 1 on elsewhere); wait for it to end" in line
