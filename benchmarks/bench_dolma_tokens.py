@@ -60,7 +60,7 @@ def build_dolma(where: Path) -> Path:
     venv = where / "dolma-venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    requirements = ROOT / "tests" / "dolma_oracle_requirements.txt"
+    requirements = ROOT / "tests" / "helpers" / "dolma_oracle_requirements.txt"
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "-r", str(requirements)], check=True)
     return python
 

@@ -24,10 +24,8 @@ is checked for every source before the first token is written.
 
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -51,17 +49,17 @@ from instella_recipes.core import (
     verify_files,
     write_manifest,
 )
-from instella_recipes.data import dolma_tokens
 from instella_recipes.data.chat_text import CHAT_TEXT_CONVERTERS, text_records, write_text_file
 from instella_recipes.data.dolma_tokens import DolmaTokensArguments, check_first_rows, expand_documents, group_paths
+from instella_recipes.data.group_writer import DONE as _DONE
+from instella_recipes.data.group_writer import STATE as _STATE
+from instella_recipes.data.group_writer import done_groups, write_groups
 from instella_recipes.data.sampling import DocumentSample, check_sample, sample_files
 from instella_recipes.data.sources import SourceSpec, load_rows
 from instella_recipes.data.tokenizer import load_tokenizer
 
 STAGE = "prepare_data"
 LAYOUT = "olmo"
-_STATE = ".progress.json"  # in the partial folder: the inputs it is being built from
-_DONE = ".done"  # in the partial folder: one record per finished group
 _TEXT_RECORD = "conversion.json"  # beside a converted chat set's data.jsonl.gz
 TOKEN_LIST = "token_files.txt"  # in output_dir: every token file, one path a line (what `data_paths` reads)
 
@@ -245,71 +243,6 @@ def _fingerprint(files: list[str], settings: DolmaTokensArguments, tokenizer_sha
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest(), inputs
 
 
-# -- workers ---------------------------------------------------------------------------------------------------------
-_WORKER: dict = {}
-
-
-def _init_worker(tokenizer_json: str, queue) -> None:
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker: num_proc workers share the node
-    from tokenizers import Tokenizer
-
-    _WORKER["tokenizer"] = Tokenizer.from_str(tokenizer_json)
-    _WORKER["queue"] = queue
-
-
-def _run_group(group, paths, stem, eos_id, dtype, settings, sample) -> tuple[int, dict]:
-    queue = _WORKER["queue"]
-    result = dolma_tokens.write_group(
-        group, paths, Path(stem), _WORKER["tokenizer"], eos_id, np.dtype(dtype), settings, queue.put, sample
-    )
-    return group, result
-
-
-def _write_groups(work: Path, groups: list[list[str]], todo: list[int], tok, eos_id, dtype, settings, num_proc,
-                  sample: DocumentSample | None):  # fmt: skip
-    """Run the groups not yet done; record each one in `work/.done/` as it finishes."""
-    done_dir = work / _DONE
-    num = len(groups)
-
-    def record(group: int, result: dict) -> None:
-        atomic_write_text(done_dir / f"{group}.json", json.dumps(result) + "\n")
-
-    stems = {g: str(work / dolma_tokens.part_prefix(g, num)) for g in todo}
-    for g in todo:  # leftovers of a group that was cut short (a group is written by one process only)
-        for stale in work.glob(f"{dolma_tokens.part_prefix(g, num)}-*"):
-            stale.unlink()
-    with tqdm(desc=f"tokenizing {work.name.removesuffix('.partial')}", unit="doc", unit_scale=True) as bar:
-        if num_proc <= 1 or len(todo) <= 1:
-            for g in todo:
-                result = dolma_tokens.write_group(
-                    g, groups[g], Path(stems[g]), tok, eos_id, dtype, settings, bar.update, sample
-                )
-                record(g, result)
-            return
-        # forkserver: workers fork from a clean server that imported the modules once (spawn re-imports torch,
-        # datasets and transformers in every worker: twice the CPU time on 2 workers); never from this process,
-        # whose Rust tokenizer has run its thread pool
-        ctx = multiprocessing.get_context("forkserver")
-        with ctx.Manager() as manager:
-            queue = manager.Queue()
-            with ProcessPoolExecutor(
-                min(num_proc, len(todo)), mp_context=ctx, initializer=_init_worker, initargs=(tok.to_str(), queue)
-            ) as pool:
-                pending = {
-                    pool.submit(_run_group, g, groups[g], stems[g], eos_id, dtype.str, settings, sample) for g in todo
-                }
-                while pending:
-                    finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                    while not queue.empty():
-                        bar.update(queue.get())
-                    for future in finished:
-                        if future.exception() is not None:  # a worker's RecipeError: stop the groups not started
-                            pool.shutdown(wait=True, cancel_futures=True)
-                        record(*future.result())
-                while not queue.empty():
-                    bar.update(queue.get())
-
-
 def _sample_record(source: TokenSource, plan: "_Plan", results: list[dict], seed: int) -> dict | None:
     """What the source's sample kept, for its manifest (None: no sample)."""
     if not source.sample:
@@ -348,15 +281,10 @@ def _open_destination(args, plan: "_Plan") -> None:
         plan.sample = DocumentSample(source.sample["fraction"], args.seed, source.name, str(plan.base))
 
 
-def done_groups(work: Path) -> set[int]:
-    """The groups of a partial destination folder recorded as completely written."""
-    return {int(p.stem) for p in (work / _DONE).glob("*.json")}
-
-
 def write_plan_groups(plan: "_Plan", groups: list[int], tok, eos_id, dtype, num_proc: int) -> None:
     """Write `groups` of `plan` (those not recorded as done) into its partial folder, `num_proc` workers."""
     todo = sorted(set(groups) - done_groups(plan.work))
-    _write_groups(plan.work, plan.groups, todo, tok, eos_id, dtype, plan.settings, num_proc, plan.sample)
+    write_groups(plan.work, plan.groups, todo, tok, eos_id, dtype, plan.settings, num_proc, plan.sample)
 
 
 def _finish_destination(args, plan: "_Plan", meta) -> None:

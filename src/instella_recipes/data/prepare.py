@@ -54,7 +54,8 @@ from instella_recipes.data.sources import (
     name_undecodable_line,
     repeat_indices,
 )
-from instella_recipes.data.token_tasks import prepare_with_tasks, task_status
+from instella_recipes.data.task_runs import prepare_with_tasks
+from instella_recipes.data.token_tasks import task_status
 from instella_recipes.data.tokenizer import load_tokenizer, train_bpe_tokenizer
 
 STAGE = "prepare_data"

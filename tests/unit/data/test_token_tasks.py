@@ -84,6 +84,16 @@ def test_any_number_of_tasks_writes_the_one_process_bytes(corpus, one_process, t
     assert step["stats"]["groups"] == 5 and step["stats"]["tokens"]["total"] == manifest["total_tokens"]
 
 
+@pytest.mark.parametrize(
+    "extra", [["--num_proc", "2"], ["--executor", "local", "--tasks", "2", "--workers", "2", "--num_proc", "2"]]
+)
+def test_forked_workers_and_tasks_write_the_one_process_bytes(corpus, one_process, extra):
+    """`num_proc` workers and datatrove's parallel workers are forked (group_writer.py says why): same bytes."""
+    out = corpus / ("_".join(extra).replace("-", ""))
+    assert prepare_main(two_source_argv(corpus, out, *extra)) == 0
+    assert snapshot(out) == one_process
+
+
 def _kill_group(monkeypatch, victim: int) -> None:
     original = dolma_tokens.write_group
 
