@@ -128,6 +128,9 @@ class PrepareArguments:
     )
     slurm_partition: str | None = field(default=None, metadata={"help": "executor slurm: the partition."})
     slurm_time: str = field(default="48:00:00", metadata={"help": "executor slurm: each task's time limit."})
+    wait: bool = field(
+        default=False, metadata={"help": "executor slurm: wait until the finishing job ended (exit 1 if incomplete)."}
+    )
     status: bool = field(
         default=False, metadata={"help": "olmo: print which tasks and groups are done, then exit (no work)."}
     )

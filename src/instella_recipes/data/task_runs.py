@@ -25,6 +25,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -33,7 +34,7 @@ from datatrove.executor import LocalPipelineExecutor, SlurmPipelineExecutor
 from datatrove.pipeline.base import PipelineStep
 from datatrove.utils.logging import logger as task_logger
 
-from instella_recipes.core import RecipeError, file_digest, get_logger
+from instella_recipes.core import MANIFEST, RecipeError, file_digest, get_logger
 from instella_recipes.data import olmo_layout
 from instella_recipes.data.olmo_layout import TokenWork, plan_token_files
 from instella_recipes.data.token_tasks import PLAN, SLURM_JOBS, TOKENIZER, TokenGroupsStep, tasks_root
@@ -122,7 +123,9 @@ def prepare_with_tasks(args) -> Path:
         plan_file.write_text(json.dumps(record, indent=1) + "\n")
         step = TokenGroupsStep(str(plan_file), args.num_proc or 1)
         if args.executor == "slurm":
-            _submit(args, folder, step)
+            jobs = _submit(args, folder, step)
+            if args.wait:
+                _wait_for(jobs, work.root, folder)
             return work.root
         # start_method fork, not datatrove's default forkserver, whose children import scripts/prepare_data.py
         # (torch, datasets, transformers) again: group_writer.py says what that cost
@@ -138,6 +141,17 @@ def prepare_with_tasks(args) -> Path:
                 f"prepare_data again: finished tasks are skipped"
             )
         return olmo_layout.finish_token_files(args, work)
+
+
+def _wait_for(jobs: dict, root: Path, folder: Path, poll_s: float = 5.0) -> None:
+    """Until the run's jobs left the queue; the run is complete when the finishing job wrote the root manifest."""
+    while _slurm_states(list(jobs.values())) & _ACTIVE:
+        time.sleep(poll_s)
+    if not (root / MANIFEST).is_file():
+        raise RecipeError(
+            f"the prepare_data jobs {jobs['tasks']} (tasks) and {jobs['finish']} (finish) ended without finishing "
+            f"{root} (logs: {folder}); run prepare_data again: the finished groups are kept"
+        )
 
 
 def _slurm_states(job_ids: list[str]) -> set[str]:
@@ -156,7 +170,7 @@ class _SlurmExecutor(SlurmPipelineExecutor):
         return out
 
 
-def _submit(args, folder: Path, step: TokenGroupsStep) -> None:
+def _submit(args, folder: Path, step: TokenGroupsStep) -> dict:
     """The groups as a Slurm array (one task per array element, `num_proc` CPUs each), and the finishing step as a
     job `afterok` the array (cancelled, not left pending, if a task fails)."""
     jobs_file = folder / SLURM_JOBS
@@ -193,3 +207,4 @@ def _submit(args, folder: Path, step: TokenGroupsStep) -> None:
         f"prepare_data: submitted {args.tasks} tasks as job array {jobs['tasks']} and the finish as job "
         f"{jobs['finish']}; follow them with --status true (logs: {folder})"
     )
+    return jobs
