@@ -17,6 +17,8 @@ import ctypes
 import json
 import os
 import resource
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -94,6 +96,7 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=8000)
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--only", choices=["ours", "all"], default="all")
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--dolma_python", default=None)
     args = parser.parse_args()
     from benchmarks.bench_dolma_tokens import build_dolma, write_inputs
@@ -122,24 +125,34 @@ def main() -> None:
             runs.append((f"dolma tokens 1.1.2, {n} process(es)",
                          [str(dolma), "-c", DOLMA, ",".join(files), str(work / f"dolma{n}"), str(TOKENIZER),
                           str(MAX_SIZE), str(n)], dolma_env))  # fmt: skip
-    rows, tokens = [], None
-    for name, argv, *run_env in runs:
-        cpu, wall = measure(argv, run_env[0] if run_env else env)
-        out = Path(argv[argv.index("--output_dir") + 1]) if "--output_dir" in argv else Path(argv[4])
-        count = npy_tokens(out, "*.npy") or npy_tokens(out, "*.ds")
-        tokens = tokens or count
-        rows.append((name, count, cpu, wall))
-        print(f"{name}: {count:,} tokens, {cpu:.1f} CPU s, {wall:.1f} s wall", flush=True)
+    results, counts, tokens = {name: [] for name, *_ in runs}, {}, None
+    for r in range(args.repeats):  # alternating order: a trend in the host's load hits every row alike
+        for name, argv, *run_env in runs if r % 2 == 0 else runs[::-1]:
+            out = Path(argv[argv.index("--output_dir") + 1]) if "--output_dir" in argv else Path(argv[4])
+            shutil.rmtree(out, ignore_errors=True)
+            for extra in (Path(f"{out}.tasks"), Path(f"{out}.logs")):
+                shutil.rmtree(extra, ignore_errors=True)
+            cpu, wall = measure(argv, run_env[0] if run_env else env)
+            count = npy_tokens(out, "*.npy") or npy_tokens(out, "*.ds")
+            tokens = tokens or count
+            counts[name] = count  # datatrove's tokenizer does not strip the text as dolma does: a few more tokens
+            results[name].append((cpu, wall))
+            print(f"{name}: {count:,} tokens, {cpu:.1f} CPU s, {wall:.1f} s wall", flush=True)
+    rows = [(n, statistics.median(c for c, _ in v), statistics.median(w for _, w in v), v) for n, v in results.items()]
     lines = [
         f"{args.docs} web-like documents in {args.files} jsonl.gz files, {tokens:,} tokens (EOS included), OLMo "
         f"tokenizer; ours and dolma with {args.files} groups (`processes`), `max_size` {MAX_SIZE:,}. Each row one "
-        "fresh command; CPU = every process it started (start-up and imports included), measured as a child "
-        "subreaper; wall on a shared host.",
+        f"fresh command; CPU = every process it started (start-up and imports included), measured as a child "
+        f"subreaper; wall on a shared host. Medians of {args.repeats} runs in alternating order.",
         "",
-        "| configuration | tokens | CPU s | tokens per CPU-second | wall s |",
+        "| configuration | tokens | CPU s, median (each run) | tokens per CPU-second | wall s, median (each run) |",
         "|---|---|---|---|---|",
     ]
-    lines += [f"| {n} | {t:,} | {c:.1f} | {t / c:,.0f} | {w:.1f} |" for n, t, c, w in rows]
+    lines += [
+        f"| {n} | {counts[n]:,} | {c:.1f} ({', '.join(f'{x:.1f}' for x, _ in v)}) | {counts[n] / c:,.0f} | {w:.1f} "
+        f"({', '.join(f'{y:.0f}' for _, y in v)}) |"
+        for n, c, w, v in rows
+    ]
     body = "\n".join(lines)
     print(body)
     from benchmarks.results_io import record
