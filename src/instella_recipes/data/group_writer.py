@@ -55,14 +55,16 @@ def worker_context():
 
 
 def write_groups(work: Path, groups: list[list[str]], todo: list[int], tok, eos_id, dtype, settings, num_proc,
-                 sample=None) -> None:  # fmt: skip
+                 sample=None, on_done=None) -> None:  # fmt: skip
     """Write the groups `todo` of `groups` into `work` (stale files of a group cut short are removed first); record
-    each one in `work/.done/` as it finishes."""
+    each one in `work/.done/` as it finishes, then call `on_done(group, result)` if given."""
     done_dir = work / DONE
     num = len(groups)
 
     def record(group: int, result: dict) -> None:
         atomic_write_text(done_dir / f"{group}.json", json.dumps(result) + "\n")
+        if on_done is not None:
+            on_done(group, result)
 
     stems = {g: str(work / dolma_tokens.part_prefix(g, num)) for g in todo}
     for g in todo:  # leftovers of a group that was cut short (a group is written by one process only)

@@ -24,7 +24,7 @@ from tokenizers import Tokenizer
 
 from instella_recipes.core import MANIFEST, RecipeError, file_digest
 from instella_recipes.data.dolma_tokens import DolmaTokensArguments
-from instella_recipes.data.group_writer import DONE, STATE, done_groups, write_groups
+from instella_recipes.data.group_writer import STATE, done_groups, write_groups
 from instella_recipes.data.sampling import DocumentSample
 
 PLAN = "plan.json"
@@ -112,24 +112,25 @@ class TokenGroupsStep(PipelineStep):
             by_source.setdefault(i, []).append(g)
         sources = {i: _task_source(record["sources"][i]) for i in by_source}  # every check before the first group
         dtype, start, written = np.dtype(record["dtype"]), time.monotonic(), 0
-        for i, groups in by_source.items():
+
+        def report(source: _TaskSource, g: int, result: dict) -> None:
+            nonlocal written
+            tokens = sum(f["tokens"] for f in result["files"])
+            self.stat_update("groups")
+            self.stat_update("documents", value=sum(f["documents"] for f in result["files"]), unit="group")
+            self.stat_update("tokens", value=tokens, unit="group")
+            written += 1
+            task_logger.info(
+                f"task {rank}/{world_size}: {source.name} group {g} done ({written} of {len(mine)} groups of this "
+                f"task, {tokens} tokens, {time.monotonic() - start:.0f} s since the task started)"
+            )
+
+        for i, groups in by_source.items():  # a source's groups at once: num_proc workers share them
             source = sources[i]
-            for g in sorted(set(groups) - done_groups(source.work)):
-                with self.track_time("group"):
-                    write_groups(source.work, source.groups, [g], tok, record["eos_id"], dtype, source.settings,
-                                 self.num_proc, source.sample)  # fmt: skip
-                result = json.loads((source.work / DONE / f"{g}.json").read_text())
-                tokens = sum(f["tokens"] for f in result["files"])
-                self.stat_update("groups")
-                self.stat_update("documents", value=sum(f["documents"] for f in result["files"]), unit="group")
-                self.stat_update("tokens", value=tokens, unit="group")
-                written += 1
-                rate = tokens / max(time.monotonic() - start, 1e-9)
-                task_logger.info(
-                    f"task {rank}/{world_size}: {source.name} group {g} done ({written} of {len(mine)} groups of "
-                    f"this task, {tokens} tokens, {rate / 1e6:.2f}M tokens/s)"
-                )
-                start = time.monotonic()
+            todo = sorted(set(groups) - done_groups(source.work))
+            with self.track_time("source"):
+                write_groups(source.work, source.groups, todo, tok, record["eos_id"], dtype, source.settings,
+                             self.num_proc, source.sample, lambda g, r, s=source: report(s, g, r))  # fmt: skip
         task_logger.info(f"task {rank}/{world_size}: {len(mine)} groups done ({len(mine) - written} were already)")
 
 
