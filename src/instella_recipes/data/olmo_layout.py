@@ -24,10 +24,8 @@ is checked for every source before the first token is written.
 
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -50,9 +48,11 @@ from instella_recipes.core import (
     swap_in_folder,
     write_manifest,
 )
-from instella_recipes.data import dolma_tokens
 from instella_recipes.data.chat_text import CHAT_TEXT_CONVERTERS, text_records, write_text_file
 from instella_recipes.data.dolma_tokens import DolmaTokensArguments, check_first_rows, expand_documents, group_paths
+from instella_recipes.data.group_writer import DONE as _DONE
+from instella_recipes.data.group_writer import STATE as _STATE
+from instella_recipes.data.group_writer import done_groups, write_groups
 from instella_recipes.data.integrity import verify_folder
 from instella_recipes.data.sampling import DocumentSample, check_sample, sample_files
 from instella_recipes.data.sources import SourceSpec, load_rows
@@ -60,8 +60,6 @@ from instella_recipes.data.tokenizer import load_tokenizer
 
 STAGE = "prepare_data"
 LAYOUT = "olmo"
-_STATE = ".progress.json"  # in the partial folder: the inputs it is being built from
-_DONE = ".done"  # in the partial folder: one record per finished group
 _TEXT_RECORD = "conversion.json"  # beside a converted chat set's data.jsonl.gz
 TOKEN_LIST = "token_files.txt"  # in output_dir: every token file, one path a line (what `data_paths` reads)
 
@@ -245,68 +243,6 @@ def _fingerprint(files: list[str], settings: DolmaTokensArguments, tokenizer_sha
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest(), inputs
 
 
-# -- workers ---------------------------------------------------------------------------------------------------------
-_WORKER: dict = {}
-
-
-def _init_worker(tokenizer_json: str, queue) -> None:
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker: num_proc workers share the node
-    from tokenizers import Tokenizer
-
-    _WORKER["tokenizer"] = Tokenizer.from_str(tokenizer_json)
-    _WORKER["queue"] = queue
-
-
-def _run_group(group, paths, stem, eos_id, dtype, settings, sample) -> tuple[int, dict]:
-    queue = _WORKER["queue"]
-    result = dolma_tokens.write_group(
-        group, paths, Path(stem), _WORKER["tokenizer"], eos_id, np.dtype(dtype), settings, queue.put, sample
-    )
-    return group, result
-
-
-def _write_groups(work: Path, groups: list[list[str]], todo: list[int], tok, eos_id, dtype, settings, num_proc,
-                  sample: DocumentSample | None):  # fmt: skip
-    """Run the groups not yet done; record each one in `work/.done/` as it finishes."""
-    done_dir = work / _DONE
-    num = len(groups)
-
-    def record(group: int, result: dict) -> None:
-        atomic_write_text(done_dir / f"{group}.json", json.dumps(result) + "\n")
-
-    stems = {g: str(work / dolma_tokens.part_prefix(g, num)) for g in todo}
-    with tqdm(desc=f"tokenizing {work.name.removesuffix('.partial')}", unit="doc", unit_scale=True) as bar:
-        if num_proc <= 1 or len(todo) <= 1:
-            for g in todo:
-                result = dolma_tokens.write_group(
-                    g, groups[g], Path(stems[g]), tok, eos_id, dtype, settings, bar.update, sample
-                )
-                record(g, result)
-            return
-        # forkserver: workers fork from a clean server that imported the modules once (spawn re-imports torch,
-        # datasets and transformers in every worker: twice the CPU time on 2 workers); never from this process,
-        # whose Rust tokenizer has run its thread pool
-        ctx = multiprocessing.get_context("forkserver")
-        with ctx.Manager() as manager:
-            queue = manager.Queue()
-            with ProcessPoolExecutor(
-                min(num_proc, len(todo)), mp_context=ctx, initializer=_init_worker, initargs=(tok.to_str(), queue)
-            ) as pool:
-                pending = {
-                    pool.submit(_run_group, g, groups[g], stems[g], eos_id, dtype.str, settings, sample) for g in todo
-                }
-                while pending:
-                    finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                    while not queue.empty():
-                        bar.update(queue.get())
-                    for future in finished:
-                        if future.exception() is not None:  # a worker's RecipeError: stop the groups not started
-                            pool.shutdown(wait=True, cancel_futures=True)
-                        record(*future.result())
-                while not queue.empty():
-                    bar.update(queue.get())
-
-
 def _sample_record(source: TokenSource, plan: "_Plan", results: list[dict], seed: int) -> dict | None:
     """What the source's sample kept, for its manifest (None: no sample)."""
     if not source.sample:
@@ -324,29 +260,43 @@ def _sample_record(source: TokenSource, plan: "_Plan", results: list[dict], seed
     }  # fmt: skip
 
 
-def _write_destination(args, plan: "_Plan", tok, eos_id, dtype, meta) -> None:
-    """Build `plan.dest` in its partial folder (resuming at the first group not recorded as done), write its
-    manifest last and swap it into place (a folder there loses its manifest first: `swap_in_folder`)."""
-    source, dest, settings, digest = plan.source, plan.dest, plan.settings, plan.digest
-    work = partial_path(dest)
+def _open_destination(args, plan: "_Plan") -> None:
+    """Open `plan.dest`'s partial folder: resume it when it is being built from the same inputs (the groups
+    recorded as done stay), else start it empty. Sets the plan's work folder, groups, groups to do and sample."""
+    dest, digest = plan.dest, plan.digest
+    work = plan.work = partial_path(dest)
     state = work / _STATE
     resumed = work.is_dir() and state.is_file() and json.loads(state.read_text()).get("fingerprint") == digest
     if not resumed:
         shutil.rmtree(work, ignore_errors=True)
         (work / _DONE).mkdir(parents=True)
         atomic_write_text(state, json.dumps({"fingerprint": digest}) + "\n")
-    groups = group_paths(plan.files, settings)
-    done = {int(p.stem) for p in (work / _DONE).glob("*.json")}
-    todo = [g for g in range(len(groups)) if g not in done]
+    plan.groups = group_paths(plan.files, plan.settings)
+    done = done_groups(work)
+    plan.todo = [g for g in range(len(plan.groups)) if g not in done]
     if resumed:
-        logger.info(f"prepare_data: resuming {dest}: {len(done)} of {len(groups)} groups already written")
-    for g in todo:  # leftovers of a group that was cut short
-        for stale in work.glob(f"{dolma_tokens.part_prefix(g, len(groups))}-*"):
-            stale.unlink()
-    sample = None
+        logger.info(f"prepare_data: resuming {dest}: {len(done)} of {len(plan.groups)} groups already written")
+    source = plan.source
     if source.sample and "fraction" in source.sample:
-        sample = DocumentSample(source.sample["fraction"], args.seed, source.name, str(plan.base))
-    _write_groups(work, groups, todo, tok, eos_id, dtype, settings, args.num_proc or 1, sample)
+        plan.sample = DocumentSample(source.sample["fraction"], args.seed, source.name, str(plan.base))
+
+
+def write_plan_groups(plan: "_Plan", groups: list[int], tok, eos_id, dtype, num_proc: int) -> None:
+    """Write `groups` of `plan` (those not recorded as done) into its partial folder, `num_proc` workers."""
+    todo = sorted(set(groups) - done_groups(plan.work))
+    write_groups(plan.work, plan.groups, todo, tok, eos_id, dtype, plan.settings, num_proc, plan.sample)
+
+
+def _finish_destination(args, plan: "_Plan", meta) -> None:
+    """Once every group of `plan` is done: write its manifest last and swap the folder into place (a folder there
+    loses its manifest first: `swap_in_folder`)."""
+    source, dest, groups, work = plan.source, plan.dest, plan.groups, plan.work
+    missing = sorted(set(range(len(groups))) - done_groups(work))
+    if missing:
+        raise RecipeError(
+            f"source '{source.name}': groups {missing[:10]}{' ...' if len(missing) > 10 else ''} of {len(groups)} "
+            f"are not written yet ({work}); run prepare_data again to write them"
+        )
     results = [json.loads((work / _DONE / f"{g}.json").read_text()) for g in range(len(groups))]
     token_files = [f for r in results for f in r["files"]]
     invalid = sum(r["invalid_rows"] for r in results)
@@ -354,11 +304,11 @@ def _write_destination(args, plan: "_Plan", tok, eos_id, dtype, meta) -> None:
         examples = [e for r in results for e in r["examples"]][:5]
         logger.warning(f"prepare_data: {source.name}: skipped {invalid} rows dolma skips, e.g. {examples}")
     shutil.rmtree(work / _DONE)
-    state.unlink()
+    (work / _STATE).unlink()
     sampled = _sample_record(source, plan, results, args.seed)
     write_manifest(
         work, STAGE, digests={k: v for r in results for k, v in r.get("digests", {}).items()}, layout=LAYOUT,
-        fingerprint=digest, inputs=plan.inputs, **meta, sample=sampled,
+        fingerprint=plan.digest, inputs=plan.inputs, **meta, sample=sampled,
         token_files=token_files, num_files=len(token_files), total_tokens=sum(f["tokens"] for f in token_files),
         documents=sum(f["documents"] for f in token_files),
         skipped_rows={"empty_text": sum(r["empty_rows"] for r in results), "invalid": invalid},
@@ -381,6 +331,24 @@ class _Plan:
     settings: DolmaTokensArguments | None = None
     digest: str = ""
     inputs: dict = field(default_factory=dict)
+    work: Path | None = None  # the partial folder, its groups (input paths) and those not yet written
+    groups: list[list[str]] = field(default_factory=list)
+    todo: list[int] = field(default_factory=list)
+    sample: DocumentSample | None = None
+
+
+@dataclass
+class TokenWork:
+    """A checked `layout: olmo` run: the sources whose folders are to be (re)built, with their partial folders open,
+    and what the finish needs (every source of the recipe, the tokenizer and the manifests' common fields)."""
+
+    root: Path
+    every_source: list[TokenSource]
+    plans: list[_Plan]
+    meta: dict
+    tok: object
+    eos_id: int
+    dtype: np.dtype
 
 
 def _plan_sources(args, sources: list[TokenSource], root: Path, root_replaced: bool) -> list[_Plan]:
@@ -414,7 +382,17 @@ def _claim_root(root: Path, overwrite: bool, foreign: bool) -> None:
 
 
 def prepare_token_files(args) -> Path:
-    """Write (or reuse) one folder of OLMo token files per source under `args.output_dir`; return that root."""
+    """Write (or reuse) one folder of OLMo token files per source under `args.output_dir`; return that root. In this
+    process, `num_proc` workers; `token_tasks.py` runs the same groups as datatrove tasks."""
+    work = plan_token_files(args)
+    for plan in work.plans:
+        write_plan_groups(plan, plan.todo, work.tok, work.eos_id, work.dtype, args.num_proc or 1)
+    return finish_token_files(args, work)
+
+
+def plan_token_files(args) -> TokenWork:
+    """Every check of a `layout: olmo` run, before any token is written; then the partial folder of every source to
+    (re)build is opened (resumed where it was being built from the same inputs)."""
     if not args.sources:
         raise RecipeError("no sources: list at least one under 'sources' in the recipe")
     if not args.tokenizer:
@@ -458,6 +436,7 @@ def prepare_token_files(args) -> Path:
         "group g Random(f'{seed}-{g}')",
     }  # fmt: skip
     plans = _plan_sources(args, sources, root, foreign_root)  # every check before any token is written
+    todo = []
     claimed = False
     if foreign_root:
         _claim_root(root, args.overwrite, foreign=True)
@@ -487,9 +466,18 @@ def prepare_token_files(args) -> Path:
         if not claimed:  # the root's summary and list no longer hold while a folder under it changes
             _claim_root(root, args.overwrite, foreign=False)
             claimed = True
-        _write_destination(args, plan, tok, eos_id, dtype, meta)
-    _write_root_manifest(root, every_source, meta)
-    return root
+        _open_destination(args, plan)
+        todo.append(plan)
+    return TokenWork(root, every_source, todo, meta, tok, eos_id, dtype)
+
+
+def finish_token_files(args, work: TokenWork) -> Path:
+    """Once every group is written: each rebuilt folder's manifest and swap, then `token_files.txt` and the root's
+    manifest (when every source of the recipe has its folder); returns the root."""
+    for plan in work.plans:
+        _finish_destination(args, plan, work.meta)
+    _write_root_manifest(work.root, work.every_source, work.meta)
+    return work.root
 
 
 def _write_root_manifest(root: Path, sources: list[TokenSource], meta: dict) -> None:

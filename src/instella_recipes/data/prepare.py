@@ -54,6 +54,8 @@ from instella_recipes.data.sources import (
     name_undecodable_line,
     repeat_indices,
 )
+from instella_recipes.data.task_runs import prepare_with_tasks
+from instella_recipes.data.token_tasks import task_status
 from instella_recipes.data.tokenizer import load_tokenizer, train_bpe_tokenizer
 
 STAGE = "prepare_data"
@@ -114,6 +116,24 @@ class PrepareArguments:
                   "sets converted to <raw_dir>/<name>/data.jsonl.gz (default <output_dir>.text)."},
     )  # fmt: skip
     only: list[str] | None = field(default=None, metadata={"help": "olmo: prepare only these sources (names)."})
+    # layout olmo over many processes or nodes: datatrove tasks (data/token_tasks.py)
+    executor: str | None = field(
+        default=None,
+        metadata={"help": "olmo: run the groups as datatrove tasks, `local` (this machine) or `slurm` (a job array "
+                  "and a finishing job; returns once submitted). Unset: this process, num_proc workers."},
+    )  # fmt: skip
+    tasks: int = field(default=1, metadata={"help": "olmo with executor: tasks the groups are spread over."})
+    workers: int | None = field(
+        default=None, metadata={"help": "olmo with executor: tasks run at once (local default 1; slurm: no limit)."}
+    )
+    slurm_partition: str | None = field(default=None, metadata={"help": "executor slurm: the partition."})
+    slurm_time: str = field(default="48:00:00", metadata={"help": "executor slurm: each task's time limit."})
+    wait: bool = field(
+        default=False, metadata={"help": "executor slurm: wait until the finishing job ended (exit 1 if incomplete)."}
+    )
+    status: bool = field(
+        default=False, metadata={"help": "olmo: print which tasks and groups are done, then exit (no work)."}
+    )
 
     def __post_init__(self):
         check_choice("layout", self.layout, ("packed", "olmo"))
@@ -127,6 +147,14 @@ class PrepareArguments:
         check_range("total_tokens", self.total_tokens, 1, integer=True, allow_none=True)
         check_range("max_tokens", self.max_tokens, 1, integer=True, allow_none=True)
         check_range("seed", self.seed, 0, integer=True)
+        if self.executor is not None:
+            check_choice("executor", self.executor, ("local", "slurm"))
+        check_range("tasks", self.tasks, 1, integer=True)
+        check_range("workers", self.workers, 1, integer=True, allow_none=True)
+        if (self.executor or self.status or self.tasks > 1) and self.layout != "olmo":
+            raise RecipeError("executor, tasks and status are for layout olmo (the packed layout runs on one machine)")
+        if self.tasks > 1 and self.executor is None:
+            raise RecipeError("tasks > 1 needs an executor: --executor local (this machine) or slurm")
 
 
 def _tokenizer_identity(args: PrepareArguments) -> str:
@@ -194,7 +222,7 @@ def _write_windows(args, specs, loaded, tokenize, writer: WindowWriter, num_proc
 def prepare(args: PrepareArguments) -> Path:
     """Build (or reuse) the prepared folder; return its path."""
     if args.layout == "olmo":
-        return prepare_token_files(args)
+        return prepare_with_tasks(args) if args.executor else prepare_token_files(args)
     if not args.sources:
         raise RecipeError("no sources: list at least one under 'sources' in the recipe")
     specs = [SourceSpec.from_recipe(i, raw, exclude=POST_TRAINING_ONLY) for i, raw in enumerate(args.sources)]
@@ -353,5 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     """`scripts/prepare_data.py`: parse the recipe (CLI flags override), then `prepare`; the exit status."""
     (args,) = parse_recipe([PrepareArguments], argv)
     setup_logging()
+    if args.status:
+        print("\n".join(task_status(args)))
+        return 0
     prepare(args)
     return 0

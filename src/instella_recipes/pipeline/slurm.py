@@ -28,6 +28,9 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
 
 from instella_recipes.core import (
     MANIFEST,
@@ -53,10 +56,32 @@ DEFAULTS = {"nodes": 1, "ntasks_per_node": 1, "cpus_per_task": 1}
 FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 
 
+def asked_cpus(stage: Stage) -> dict:
+    """`{"cpus_per_task": n}` when the stage's own settings ask for n worker processes (`num_proc` in its args, else
+    in its recipe, as the prepare stages do), else {}: a stage is given the CPUs its recipe uses by default."""
+    args = stage.resolved.args if stage.resolved is not None else []
+    if "--executor" in args[:-1] and args[args.index("--executor") + 1] == "slurm":
+        return {"cpus_per_task": 1}  # prepare_data's own array does the work; this job plans and waits
+    value = args[args.index("--num_proc") + 1] if "--num_proc" in args[:-1] else None
+    if value is None and stage.recipe:
+        text = stage.resolved.recipe_text if stage.resolved is not None else None
+        path = Path(stage.recipe) if Path(stage.recipe).is_file() else ROOT / stage.recipe
+        if text is None and path.is_file():
+            text = path.read_text()
+        recipe = yaml.safe_load(text) if text else None
+        value = recipe.get("num_proc") if isinstance(recipe, dict) else None
+    try:
+        cpus = int(value) if value is not None and not isinstance(value, bool) else 0
+    except (TypeError, ValueError):
+        cpus = 0
+    return {"cpus_per_task": cpus} if cpus > 0 else {}
+
+
 def resources(pipeline: Pipeline, stage: Stage, overrides: list[str]) -> dict:
-    """The stage's Slurm resources: defaults < the YAML (top-level `slurm:`, then the stage's) < `--slurm` flags
-    (`key=value` for every stage, `stage.key=value` or `group.key=value` for one)."""
-    out = {**DEFAULTS, **stage.slurm}
+    """The stage's Slurm resources: defaults < the CPUs its recipe asks for (`asked_cpus`) < the YAML (top-level
+    `slurm:`, then the stage's) < `--slurm` flags (`key=value` for every stage, `stage.key=value` or
+    `group.key=value` for one)."""
+    out = {**DEFAULTS, **asked_cpus(stage), **stage.slurm}
     explicit_gpus = False
     for item in overrides:
         key, value = split_assignment(item, "--slurm", "[stage.]KEY=VALUE")
