@@ -33,3 +33,13 @@ def test_recipes_hold_only_yaml_jinja_and_prompts():
 def test_every_entry_point_is_a_console_script():
     scripts = {ep.value for ep in distribution("instella-recipes").entry_points if ep.group == "console_scripts"}
     assert {f"instella_recipes.scripts.{name}:main" for name in SCRIPTS} == scripts
+
+
+def test_no_folder_in_scripts_can_shadow_a_package():
+    """`python scripts/x.py` puts scripts/ first on sys.path, so any folder there is importable as a namespace package
+    of its name: a `scripts/vllm/` folder made TRL believe vLLM was installed (version 'N/A') and GRPO fail to import.
+    Folders in scripts/ hold shell and batch files only, and carry names no library probes."""
+    scripts = Path(__file__).resolve().parents[3] / "scripts"
+    folders = sorted(p.name for p in scripts.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert folders == ["slurm"], f"new folder(s) in scripts/: {folders}; put Python helpers in the library instead"
+    assert not list((scripts / "slurm").glob("*.py"))
