@@ -23,7 +23,11 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.results_io import record
+try:  # run as a file (`python benchmarks/bench_eval_backends.py`), the repository root is not on the path
+    from benchmarks.results_io import record
+except ModuleNotFoundError:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.results_io import record
 from instella_recipes.data.tiny_world import TinyWorld
 from instella_recipes.data.tokenizer import train_bpe_tokenizer
 from instella_recipes.evaluation.preflight import vllm_environment, vllm_python
