@@ -83,8 +83,8 @@ def _toy_pipeline(tmp_path: Path) -> Path:
         stages.append(entry)
     assert [s["name"] for s in stages] == STAGES
     path = tmp_path / "pipeline.yaml"
-    keep = {"env": real.get("env", {}), "vars": real.get("vars", {})}  # the real pipeline's placeholders
-    text = yaml.safe_dump({"output_dir": str(tmp_path / "run"), **keep, "stages": stages})
+    carried = {"env": real.get("env", {}), "vars": real.get("vars", {})}  # the real pipeline's placeholders
+    text = yaml.safe_dump({"output_dir": str(tmp_path / "run"), **carried, "stages": stages})
     path.write_text("# CPU, tiny model, global batch 2 (test)\n" + text)
     return path
 
