@@ -27,7 +27,7 @@ import lm_eval
 import yaml
 
 from instella_recipes.core import exit_on_recipe_error, get_logger, parse_recipe, setup_logging
-from instella_recipes.core.paths import EVAL_DIR, TASKS_DIR
+from instella_recipes.core.paths import EVAL_DIR, PUBLISHED_DIR, TASKS_DIR
 from instella_recipes.data.tiny_world import TinyWorld
 from instella_recipes.evaluation import olmes_settings as olmes
 from instella_recipes.evaluation.olmes_settings import FunctionRef, upstream_task_config
@@ -268,7 +268,39 @@ def suite_config(suite: str, offline: bool) -> dict:
         ref = {"task": m.offline_task} if offline else {"group" if m.is_group else "task": m.name}
         members.append(ref if m.setting else {**ref, "num_fewshot": m.num_fewshot})
     name = f"{suite}_offline" if offline else suite
-    return {"group": name, "task": members, "metadata": {"version": 1.0}}
+    return {
+        "group": name,
+        "task": members,
+        "metadata": {"version": 1.0, "suite_score": suite_score_rule(suite, offline)},
+    }
+
+
+# Why a suite group has no `aggregate_metric_list`: lm-eval 0.4.13's `Group.aggregate` (lm_eval/api/group.py) averages
+# a group's metric over its LEAF tasks (`get_all_tasks()`, recursive), never over its sub-groups' aggregates, and
+# weights each leaf equally or by its doc count. The published Avg is the mean of the columns, three of which
+# (MMLU, BBH, MATH) are themselves averages over 57, 27 and 7 leaf tasks: no leaf weighting lm-eval offers gives it
+# (the leaf mean would count MMLU 57 times), and the columns' primary metrics differ (acc_uncond, acc_raw,
+# exact_match, ...). So each column is lm-eval's (a task's metric, or a sub-suite group's aggregate) and the suite
+# score is their mean, written down here for any reader of the YAML and computed by the report (`report.build_rows`).
+SUITE_SCORE_RULE = (
+    "unweighted mean over the columns of each column's score (a member task's primary metric, or a sub-suite group's "
+    "aggregate), as the published table's Avg; computed by scripts/eval_report.py (lm-eval's group aggregation "
+    "averages leaf tasks, not sub-groups)"
+)
+
+
+def suite_score_rule(suite: str, offline: bool) -> dict:
+    """The suite score's rule and its columns (published label -> `<task or group> <metric key>`), recorded in the
+    suite's group YAML. A judged column (no lm-eval task) is named as such."""
+    published = yaml.safe_load((PUBLISHED_DIR / f"{suite}.yaml").read_text())
+    columns = {}
+    for label, member in published["columns"].items():
+        if member is None:
+            columns[label] = "judge score, not an lm-eval task (scripts/eval_report.py --judge)"
+            continue
+        m = next(m for m in SUITES[suite] if m.name == member)
+        columns[label] = f"{m.offline_task if offline else m.name} {m.metric}"
+    return {"rule": SUITE_SCORE_RULE, "columns": columns}
 
 
 def tiny_world_suite() -> dict:
