@@ -113,7 +113,7 @@ def test_suite_yaml_records_the_columns_the_report_reads(index):
 
 def test_lm_eval_group_aggregation_averages_leaf_tasks_not_columns(index):
     """Why the suite group carries its rule in metadata and not an `aggregate_metric_list`: given one (a common
-    `primary_score` metric on every task), lm-eval's aggregate is the mean over the 92 leaf tasks, which weights
+    `primary_score` metric on every task), lm-eval's aggregate is the mean over the 93 leaf tasks, which weights
     MMLU's 57 subjects 57 times, not the mean over the 11 columns."""
     groups: dict[str, Group] = {}
     root = build(index, "instella_pretrain", groups)
@@ -128,3 +128,16 @@ def test_lm_eval_group_aggregation_averages_leaf_tasks_not_columns(index):
     columns = [by_hand(c, metrics) for c in olmes.PRETRAIN]
     assert metrics["instella_pretrain"]["primary_score,none"] == pytest.approx(leaf_mean)
     assert abs(leaf_mean - sum(columns) / len(columns)) > 1e-3
+
+
+def test_evaluate_names_the_report_command_for_each_suite():
+    """`evaluate.py` hands over to `lm_eval` (its table has every column, not their mean): it logs the report
+    command that prints the suite score, for the suites with a published table only."""
+    from instella_recipes.evaluation.preflight import suite_score_hints
+
+    hints = suite_score_hints(["instella_pretrain_offline", "tiny_world", "olmes_gsm8k__olmes"], "runs/eval/s1")
+    assert hints == [
+        "suite score of instella_pretrain_offline (the published Avg: mean of its columns) after the run: "
+        "python scripts/eval_report.py --suite instella_pretrain --results runs/eval/s1 --output_dir <folder>"
+    ]
+    assert "--output_path" in suite_score_hints(["instella_instruct"], None)[0]
