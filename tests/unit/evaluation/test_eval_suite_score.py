@@ -3,8 +3,9 @@
 The group tree of each suite is built from our shipped YAMLs as lm-eval indexes them (`TaskManager` over eval/tasks,
 `Group.from_config`), with stand-in leaf tasks that carry fixed results, and lm-eval's own `aggregate_groups`
 computes every group: the sub-suites (MMLU, BBH, MATH) as OLMES averages them, the suite score as the report reads
-it = the unweighted mean of the columns' primary metrics. A last test pins why the suite group itself has no
-`aggregate_metric_list`: lm-eval averages a group over its leaf tasks, which is not the published rule.
+it = the unweighted mean of the columns' primary metrics. A test pins why the suite group itself has no
+`aggregate_metric_list`: lm-eval averages a group over its leaf tasks, which is not the published rule; the offline
+twins (single tasks only) have one, and it equals the suite score.
 """
 
 import random
@@ -55,8 +56,9 @@ def settings_by_name() -> dict[str, olmes.Setting]:
 
 
 def fixed_results(leaves: list[str]) -> dict[str, dict]:
-    """Per leaf task: its primary metric (the one the report reads) at a fixed value, a stderr, and its doc count
-    (the split size where OLMES's setting records it, else a fixed one)."""
+    """Per leaf task: its primary metric (the one the report reads) at a fixed value, the same as `primary_score`
+    (every OLMES task reports both), a stderr, and its doc count (the split size where OLMES's setting records it,
+    else a fixed one)."""
     rng = random.Random(0)
     settings = settings_by_name()
     out = {}
@@ -64,7 +66,8 @@ def fixed_results(leaves: list[str]) -> dict[str, dict]:
         setting = settings[name]
         n = setting.n_eval or rng.randint(100, 1500)
         value = round(rng.random(), 4)
-        out[name] = {"sample_len": n, f"{setting.metric},none": value, f"{setting.metric}_stderr,none": 0.01}
+        out[name] = {"sample_len": n, f"{setting.metric},none": value, f"{setting.metric}_stderr,none": 0.01,
+                     "primary_score,none": value}  # fmt: skip
     return out
 
 
@@ -89,9 +92,10 @@ def test_suite_score_is_the_mean_of_the_columns_primary_metrics(index, suite, co
     assert len(leaves) == sum(len(c.members) if isinstance(c, olmes.Group) else 1 for c in columns)
     results = EvalAcc(metrics=fixed_results(leaves), groups=groups)
     metrics = aggregate_groups(results).metrics  # lm-eval's own code: every group, bottom-up
-    for column in columns:  # each sub-suite's aggregate is OLMES's macro / micro average
+    for column in columns:  # each sub-suite's aggregate is OLMES's macro / micro average, of both names
         if isinstance(column, olmes.Group):
             assert metrics[column.name][f"{column.metric},none"] == pytest.approx(by_hand(column, metrics))
+            assert metrics[column.name]["primary_score,none"] == pytest.approx(by_hand(column, metrics))
     published = report.load_published(suite)
     scores, offline = report.scores_from_results(metrics, suite, published)
     score, n = report.average(scores, list(published["columns"]))
@@ -112,16 +116,13 @@ def test_suite_yaml_records_the_columns_the_report_reads(index):
 
 
 def test_lm_eval_group_aggregation_averages_leaf_tasks_not_columns(index):
-    """Why the suite group carries its rule in metadata and not an `aggregate_metric_list`: given one (a common
-    `primary_score` metric on every task), lm-eval's aggregate is the mean over the 93 leaf tasks, which weights
+    """Why the suite group carries its rule in metadata and not an `aggregate_metric_list`: given one (of
+    `primary_score`, which every task reports), lm-eval's aggregate is the mean over the 93 leaf tasks, which weights
     MMLU's 57 subjects 57 times, not the mean over the 11 columns."""
     groups: dict[str, Group] = {}
     root = build(index, "instella_pretrain", groups)
     leaves = [t.task_name for t in root.get_all_tasks()]
     results = fixed_results(leaves)
-    settings = settings_by_name()
-    for name, metrics in results.items():
-        metrics["primary_score,none"] = metrics[f"{settings[name].metric},none"]
     root.aggregate_metric_list = [AggMetricConfig(metric="primary_score", filter_list="none", weight_by_size=False)]
     metrics = aggregate_groups(EvalAcc(metrics=results, groups=groups)).metrics
     leaf_mean = sum(results[n]["primary_score,none"] for n in leaves) / len(leaves)
@@ -141,3 +142,43 @@ def test_evaluate_names_the_report_command_for_each_suite():
         "python scripts/eval_report.py --suite instella_pretrain --results runs/eval/s1 --output_dir <folder>"
     ]
     assert "--output_path" in suite_score_hints(["instella_instruct"], None)[0]
+
+
+@pytest.mark.parametrize("suite", ["instella_pretrain", "instella_instruct", "amd_llama_135m"])
+def test_offline_suite_group_aggregate_is_the_suite_score(index, suite):
+    """The offline twins' members are single tasks: there lm-eval's own group aggregate (`primary_score`, or the
+    common `acc`, unweighted) equals the report's suite score, the mean of the columns' primary metrics."""
+    groups: dict[str, Group] = {}
+    root = build(index, f"{suite}_offline", groups)
+    settings = settings_by_name()
+    rng = random.Random(1)
+    results, members = {}, {m.offline_task: m for m in make_tasks.SUITES[suite]}
+    for leaf in root.get_all_tasks():
+        primary = members[leaf.task_name].metric  # "<metric>,none"
+        value = round(rng.random(), 4)
+        results[leaf.task_name] = {"sample_len": rng.randint(5, 50), primary: value, "primary_score,none": value}
+        assert leaf.task_name.removesuffix("_offline") in settings or suite == "amd_llama_135m"
+    metrics = aggregate_groups(EvalAcc(metrics=results, groups=groups)).metrics
+    published = report.load_published(suite)
+    scores, offline = report.scores_from_results(metrics, suite, published)
+    score, n = report.average(scores, list(published["columns"]))
+    aggregated = metrics[f"{suite}_offline"][f"{make_tasks.suite_metric(suite)},none"]
+    assert offline and n == len(root.get_all_tasks())
+    assert aggregated * published["scale"] == pytest.approx(score)
+
+
+def test_ifeval_reports_lm_evals_scores_and_its_primary_score():
+    """IFEval keeps lm-eval's scoring unchanged and adds `primary_score` = prompt_level_loose_acc (its OLMES primary
+    metric); a keyword instruction, which needs no NLTK data."""
+    import json
+
+    from lm_eval.tasks.ifeval.utils import process_results
+
+    from instella_recipes.evaluation import olmes as olmes_code
+
+    rows = [json.loads(line) for line in (make_tasks.EVAL_DIR / "data/offline/ifeval.jsonl").open()]
+    doc = next(r for r in rows if r["instruction_id_list"] == ["keywords:existence"])
+    for response, right in (("A cat: whiskers, and a purr.", True), ("A cat.", False)):
+        ours = olmes_code.ifeval_results(doc, [response])
+        assert ours == {**process_results(doc, [response]), "primary_score": right}
+        assert ours["prompt_level_loose_acc"] is right
