@@ -391,7 +391,7 @@ def test_bbh_bare_letter_quirk_is_olmes_and_the_corrected_variant_reads_it():
     task = make_task(setting, [{"input": "Which date?", "target": "(B)"}])
     scores = task.process_results(task.eval_docs[0], ["So the answer is B."])
     assert scores == {"exact_match": 0.0, "exact_match_corrected": 1.0, "primary_score": 0.0}  # primary: OLMES's
-    assert setting.dataset == "SaylorTwift/bbh"  # lm-eval's parquet copy of OLMES's lukaemon/bbh (a loading script)
+    assert setting.dataset == "SaylorTwift/bbh"  # the parquet copy lm-eval reads; OLMES's lukaemon/bbh is a script
 
 
 def test_bbh_exact_match_ignores_case_and_punctuation_except_for_dyck():
