@@ -57,6 +57,7 @@ from .run import (
     load_tokenizer_with_template,
     read_manifest_safe,
 )
+from .vllm_colocate import ReloadingVLLMGeneration, restore_module_calls, vllm_newer_than_trl_tested
 
 logger = get_logger(__name__)
 
@@ -173,7 +174,9 @@ def clamped_k3(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor,
 
 
 class InstellaGRPOTrainer(GRPOTrainer):
-    """GRPOTrainer with VERL's advantage epsilon and clamped KL (module docstring); everything else is TRL's."""
+    """GRPOTrainer with VERL's advantage epsilon and clamped KL (module docstring) and, with a vLLM newer than TRL's
+    tested range in colocate mode, weight syncs through vLLM's reload (`ReloadingVLLMGeneration`); everything else
+    is TRL's."""
 
     def __init__(self, *args, advantage_epsilon: float | None = 1e-6, kl_clamp: float | None = 10.0, **kwargs):
         self.advantage_epsilon = advantage_epsilon
@@ -181,6 +184,11 @@ class InstellaGRPOTrainer(GRPOTrainer):
         self._rewards_per_func = None
         self._policy_logps = None
         super().__init__(*args, **kwargs)
+        if self.use_vllm and self.vllm_mode == "colocate" and vllm_newer_than_trl_tested():
+            # TRL builds its VLLMGeneration inside __init__ with no factory to override: the instance takes our
+            # subclass, which adds no state and replaces only sync_weights
+            self.vllm_generation.__class__ = ReloadingVLLMGeneration
+            restore_module_calls(self.model, self.ref_model)
 
     # private: the only place TRL's rewards are seen before it turns them into advantages [test_private_apis]
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
