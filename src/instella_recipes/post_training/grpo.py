@@ -24,7 +24,9 @@ template are dropped and counted (VERL's `filter_overlong_prompts`).
 import importlib
 import inspect
 import json
+import os
 import re
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -489,6 +491,22 @@ def server_failure(err: Exception, args: CheckedGRPOConfig) -> str | None:
     )
 
 
+def engine_failure(err: Exception, args: CheckedGRPOConfig) -> str | None:
+    """The colocated vLLM engine raising mid-run (the innermost frame of the error, or of its cause, lies in vLLM's
+    package), as one line (None for any other error)."""
+    if not args.use_vllm or args.vllm_mode != "colocate":
+        return None
+    for error in (err, err.__cause__, err.__context__):
+        frames = traceback.extract_tb(error.__traceback__) if error is not None else []
+        if frames and f"{os.sep}vllm{os.sep}" in frames[-1].filename:
+            what = (str(error).strip().splitlines() or [""])[0][:300]
+            return (
+                f"the colocated vLLM engine failed during training ({type(error).__name__}: {what}); nothing was "
+                f"saved as complete: fix the cause and rerun, training resumes from the last checkpoint"
+            )
+    return None
+
+
 @exit_on_recipe_error
 def main(argv: list[str] | None = None) -> int:
     """`scripts/grpo.py`: parse the recipe and the command line, then one whole GRPO run (exit code 0)."""
@@ -497,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_stage(GRPOStage(args, model_args, argv))
     except Exception as err:
-        message = server_failure(err, args)
+        message = server_failure(err, args) or engine_failure(err, args)
         if message is None:
             raise
         raise RecipeError(message) from err
