@@ -1,0 +1,66 @@
+"""Pretraining from MDS folders (`mds_streams`, the authors' Instella-Long data layout read by mosaicml-streaming):
+a tiny run trains on the mixture, a run resumed from its step-2 checkpoint trains steps 3-4 on the same rows as the
+uninterrupted run (streaming's epoch is rebuilt in the same order and the Trainer skips the trained batches), and a
+folder written with another tokenizer stops the run with one error line before any work."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from instella_recipes.data import mds
+from instella_recipes.training.pretrain import main
+from tests.helpers.pretrain_utils import pretrain_argv
+from tests.helpers.token_file_utils import recorded_steps
+
+SEQ_LEN = 16
+RECORD = ["--plugins", "tests.helpers.token_file_utils:record_inputs"]
+
+
+@pytest.fixture(scope="module")
+def mds_world(tmp_path_factory, tiny_tokenizer):
+    root = tmp_path_factory.mktemp("mds_run")
+    tiny_tokenizer.save_pretrained(root / "tokenizer")
+    rng = np.random.default_rng(0)
+    for name, low in (("books", 2), ("code", 300)):
+        docs = [rng.integers(low, low + 200, int(rng.integers(4, 30))).tolist() for _ in range(120)]
+        mds.write_mds(root / name, mds.pack_rows(docs, SEQ_LEN), root / "tokenizer")
+    return root
+
+
+def _argv(world, out, max_steps=4, **overrides):
+    values = {"seq_len": SEQ_LEN, "tokenizer": world / "tokenizer", "document_masking": "true", **overrides}
+    argv = pretrain_argv(None, out, max_steps=max_steps, save_steps=2, **values)
+    i = argv.index("--data_dir")
+    del argv[i : i + 2]
+    return [*argv, "--mds_streams", f"{world}/books@0.75", f"{world}/code@0.25", *RECORD]
+
+
+def test_a_run_resumed_mid_epoch_trains_on_the_rows_of_the_uninterrupted_one(mds_world, tmp_path):
+    full = tmp_path / "full"
+    assert main(_argv(mds_world, full)) == 0
+    steps = recorded_steps(full, 1, 1)[0]
+    assert len(steps) == 4
+    firsts = [row[0] for step in steps for row in step[0]]
+    assert sum(first < 300 for first in firsts) == 12  # 0.75 x 16 rows, as in streaming's epoch
+    manifest = json.loads((full / "manifest.json").read_text())
+    assert manifest["mds_streams"] == [f"{mds_world}/books@0.75", f"{mds_world}/code@0.25"]
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(full / "checkpoint-2", resumed / "checkpoint-2")
+    shutil.copy(full / "run.json", resumed / "run.json")
+    assert main(_argv(mds_world, resumed)) == 0
+    assert recorded_steps(resumed, 1, 1)[0] == steps[2:]
+
+
+def test_a_folder_of_another_tokenizer_is_one_error_before_any_work(mds_world, tmp_path, capsys):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "tokenizer.json").write_text('{"model": "another"}\n')
+    with pytest.raises(SystemExit) as exit_info:
+        main(_argv(mds_world, tmp_path / "out", tokenizer=other))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: mds_streams: ") and "another tokenizer" in err[0]
+    assert not (tmp_path / "out").exists()
