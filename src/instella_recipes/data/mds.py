@@ -136,13 +136,20 @@ def check_mds_streams(entries: list[str], root: str | Path | None, digest: str |
 
 def pack_rows(documents: Iterable[list[int]], seq_len: int) -> Iterator[dict]:
     """Token documents packed into rows of exactly `seq_len` tokens with their (start, end) spans, a document cut at
-    a row border continuing in the next row (as prepare_data's windows); the last partial row is dropped."""
+    a row border continuing in the next row (as prepare_data's windows); the last partial row is dropped. No span is
+    shorter than 2 tokens (the authors' collator leaves those out, which would shorten the row): a 1-token document,
+    or the 1-token rest of one at a row border, is not written."""
     ids: list[int] = []
     spans: list[tuple[int, int]] = []
     for doc in documents:
         doc = list(doc)
-        while doc:
+        while len(doc) > 1:  # a 1-token document, or rest, is left out
             take = min(len(doc), seq_len - len(ids))
+            if seq_len - len(ids) - take == 1:  # it would leave 1 token of room: its last token goes instead
+                if take == 2:
+                    break
+                take -= 1
+                doc = doc[:take]
             spans.append((len(ids), len(ids) + take))
             ids.extend(doc[:take])
             doc = doc[take:]
@@ -190,29 +197,40 @@ def streaming_dataset(streams: list, seed: int, batch_size: int, epoch_size: int
 
 
 class MDSCollator:
-    """Rows from the authors' MDS layout as the Trainer's batch: `input_ids` truncated at `seq_len` (their
-    `per_device_max_tokens`), `labels` = input_ids with `label_mask`-dropped targets at -100, and with document
-    masking `position_ids` that restart at each span of `indices` (transformers' per-document attention)."""
+    """Rows from the authors' MDS layout as the Trainer's batch, as their `StreamingDataCollator` cuts them
+    (streaming_dataset.py L53-101): the spans of `indices` (the whole row without them) are taken in order, each cut
+    at what is left of `seq_len` (their `per_device_max_tokens`), a span of fewer than 2 tokens left out; `labels` =
+    the kept input_ids with `label_mask`-dropped targets at -100; with document masking `position_ids` restart at
+    each kept span (transformers' per-document attention, their `doc_lens`)."""
 
     def __init__(self, seq_len: int, document_masking: bool):
         self.seq_len = seq_len
         self.document_masking = document_masking
 
+    def _spans(self, item: dict, n: int) -> list[tuple[int, int]]:
+        spans = item.get("indices")
+        spans = [(0, n)] if spans is None or len(spans) == 0 else np.asarray(spans).reshape(-1, 2).tolist()
+        kept, left = [], self.seq_len
+        for start, end in spans:
+            end = start + min(end - start, left)
+            if end - start > 1:
+                kept.append((int(start), int(end)))
+                left -= end - start
+            elif left <= 0:
+                break
+        return kept
+
     def row(self, item: dict) -> dict:
-        ids = torch.from_numpy(np.asarray(item["input_ids"], dtype=np.int64)[: self.seq_len].copy())
+        all_ids = np.asarray(item["input_ids"], dtype=np.int64)
+        spans = self._spans(item, len(all_ids))
+        ids = torch.from_numpy(np.concatenate([all_ids[a:b] for a, b in spans]))
         labels = ids.clone()
         if item.get("label_mask") is not None:
-            labels[~torch.from_numpy(np.asarray(item["label_mask"], dtype=bool)[: len(ids)].copy())] = -100
+            mask = np.asarray(item["label_mask"], dtype=bool)
+            labels[~torch.from_numpy(np.concatenate([mask[a:b] for a, b in spans]))] = -100
         out = {"input_ids": ids, "labels": labels}
         if self.document_masking:
-            spans = item.get("indices")
-            spans = [(0, len(ids))] if spans is None or len(spans) == 0 else np.asarray(spans).reshape(-1, 2)
-            positions = torch.arange(len(ids))
-            for start, end in spans:
-                start, end = int(start), min(int(end), len(ids))
-                if start < end:
-                    positions[start:end] = torch.arange(end - start)
-            out["position_ids"] = positions
+            out["position_ids"] = torch.cat([torch.arange(b - a) for a, b in spans])
         return out
 
     def __call__(self, items: list[dict]) -> dict:

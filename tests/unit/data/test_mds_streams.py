@@ -95,3 +95,41 @@ def test_bad_folders_are_one_clear_error(two_folders, tmp_path, tokenizer_file):
         mds.parse_streams(["a@0.5", "b"])
     with pytest.raises(RecipeError, match="already holds an MDS index"):
         mds.write_mds(two_folders / "a", mds.pack_rows(_docs(40, 2), 16), tokenizer_file)
+
+
+def test_the_authors_loader_and_collator_give_the_same_rows_in_the_same_order(two_folders):
+    """Their `build_streaming_dataset` + `StreamingDataCollator` (tests/helpers/instella_mds_oracle.py, verbatim) and
+    ours over the same folders, micro-batch 1 as their configs: the same rows in the same order, the same tokens,
+    and our per-document positions restart exactly at their `doc_lens` borders."""
+    from types import SimpleNamespace
+
+    from tests.helpers import instella_mds_oracle as theirs
+
+    paths = [f"{two_folders}/a@0.75", f"{two_folders}/b@0.25"]
+    config = SimpleNamespace(
+        max_duration=10, global_train_batch_size=8, seq_parallel_size=1, device_train_batch_size=1, seed=6198,
+        epoch=0, data=SimpleNamespace(num_workers=1),
+    )  # fmt: skip
+    their_dataset = theirs.build_streaming_dataset(paths, config)
+    their_rows = list(their_dataset)
+    del their_dataset
+    ours = mds.MDSRows(mds.parse_streams(paths), 12, True, 6198, 1, 80, 1)
+    our_rows = list(ours.dataset)
+    assert len(our_rows) == len(their_rows) == 80
+    their_collator, our_collator = theirs.StreamingDataCollator(per_device_max_tokens=12), ours.collator
+    for mine, their in zip(our_rows, their_rows):
+        np.testing.assert_array_equal(mine["input_ids"], their["input_ids"])
+        a, b = our_collator([mine]), their_collator([their])
+        assert torch.equal(a["input_ids"], b["input_ids"])
+        starts = (a["position_ids"][0] == 0).nonzero().flatten().tolist() + [a["input_ids"].shape[1]]
+        lengths = [end - start for start, end in zip(starts, starts[1:])]
+        assert lengths == [n for n in b["doc_lens"][0].tolist() if n > 0]
+
+
+def test_packed_rows_are_full_and_every_span_is_kept_by_the_authors_collator():
+    rows = list(mds.pack_rows(_docs(200, 2, seed=3) + [[7], [8, 9]], 13))
+    assert rows
+    for row in rows:
+        spans = row["indices"].tolist()
+        assert len(row["input_ids"]) == 13 and spans[0][0] == 0 and spans[-1][1] == 13
+        assert all(b - a >= 2 for a, b in spans) and all(x[1] == y[0] for x, y in zip(spans, spans[1:]))
