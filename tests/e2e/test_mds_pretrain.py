@@ -1,15 +1,16 @@
 """Pretraining from MDS folders (`mds_streams`, the authors' Instella-Long data layout read by mosaicml-streaming):
-a tiny run trains on the mixture, a run resumed from its step-2 checkpoint trains steps 3-4 on the same rows as the
-uninterrupted run (streaming's epoch is rebuilt in the same order and the Trainer skips the trained batches), and a
-folder written with another tokenizer stops the run with one error line before any work."""
+prepare_data's `layout: mds` writes one folder per source, a tiny run trains on their mixture, a run resumed from
+its step-2 checkpoint trains steps 3-4 on the same rows as the uninterrupted run (streaming's epoch is rebuilt in the
+same order and the Trainer skips the trained batches), and a folder written with another tokenizer stops the run
+with one error line before any work."""
 
 import json
 import shutil
 
-import numpy as np
 import pytest
 
 from instella_recipes.data import mds
+from instella_recipes.data.prepare import PrepareArguments, prepare
 from instella_recipes.training.pretrain import main
 from tests.helpers.pretrain_utils import pretrain_argv
 from tests.helpers.token_file_utils import recorded_steps
@@ -19,14 +20,19 @@ RECORD = ["--plugins", "tests.helpers.token_file_utils:record_inputs"]
 
 
 @pytest.fixture(scope="module")
-def mds_world(tmp_path_factory, tiny_tokenizer):
+def mds_world(tmp_path_factory):
+    """prepare_data's layout mds: two tiny-world sources, each an MDS folder of 16-token rows, the tokenizer beside."""
     root = tmp_path_factory.mktemp("mds_run")
-    tiny_tokenizer.save_pretrained(root / "tokenizer")
-    rng = np.random.default_rng(0)
-    for name, low in (("books", 2), ("code", 300)):
-        docs = [rng.integers(low, low + 200, int(rng.integers(4, 30))).tolist() for _ in range(120)]
-        mds.write_mds(root / name, mds.pack_rows(docs, SEQ_LEN), root / "tokenizer")
+    sources = [{"tiny_world": {"seed": seed}, "name": name} for name, seed in (("books", 1234), ("code", 99))]
+    args = PrepareArguments(output_dir=str(root), layout="mds", sources=sources, train_tokenizer_vocab_size=512,
+                            seq_len=SEQ_LEN, seed=6198, num_proc=1)  # fmt: skip
+    prepare(args)
     return root
+
+
+def _rows_of(folder) -> set:
+    streaming = mds.import_streaming()
+    return {tuple(int(t) for t in row["input_ids"]) for row in streaming.LocalDataset(str(folder))}
 
 
 def _argv(world, out, max_steps=4, **overrides):
@@ -42,8 +48,9 @@ def test_a_run_resumed_mid_epoch_trains_on_the_rows_of_the_uninterrupted_one(mds
     assert main(_argv(mds_world, full)) == 0
     steps = recorded_steps(full, 1, 1)[0]
     assert len(steps) == 4
-    firsts = [row[0] for step in steps for row in step[0]]
-    assert sum(first < 300 for first in firsts) == 12  # 0.75 x 16 rows, as in streaming's epoch
+    books, code = _rows_of(mds_world / "books"), _rows_of(mds_world / "code")
+    rows = [tuple(row) for step in steps for row in step[0]]
+    assert sum(row in books for row in rows) == 12 and sum(row in code for row in rows) == 4  # 0.75 / 0.25 of 16
     manifest = json.loads((full / "manifest.json").read_text())
     assert manifest["mds_streams"] == [f"{mds_world}/books@0.75", f"{mds_world}/code@0.25"]
     resumed = tmp_path / "resumed"

@@ -116,6 +116,7 @@ class PretrainTrainer(
             return DataLoader(
                 self.train_dataset, batch_size=args.per_device_train_batch_size, collate_fn=self.data_collator,
                 num_workers=args.dataloader_num_workers, pin_memory=args.dataloader_pin_memory,
+                drop_last=args.dataloader_drop_last,
             )  # fmt: skip
         return super().get_train_dataloader()
 
