@@ -312,6 +312,7 @@ def _mds_and_tokenizer(script: PretrainArguments, rows_per_step: int):
     tok_path = script.tokenizer or script.model_name_or_path
     if not tok_path:
         raise RecipeError("mds_streams needs tokenizer: the tokenizer the MDS rows were written with")
+    mds.import_streaming()  # not installed: named here, before any work
     digest = mds.tokenizer_digest(tok_path)
     streams = mds.check_mds_streams(script.mds_streams, script.data_root, digest)
     tokenizer = _load_tokenizer(tok_path)

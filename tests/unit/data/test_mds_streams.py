@@ -133,3 +133,12 @@ def test_packed_rows_are_full_and_every_span_is_kept_by_the_authors_collator():
         spans = row["indices"].tolist()
         assert len(row["input_ids"]) == 13 and spans[0][0] == 0 and spans[-1][1] == 13
         assert all(b - a >= 2 for a, b in spans) and all(x[1] == y[0] for x, y in zip(spans, spans[1:]))
+
+
+def test_without_mosaicml_streaming_the_error_names_the_install(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "streaming" else real(name, *a))
+    with pytest.raises(RecipeError, match="mosaicml-streaming, which is not installed: install it as the Makefile"):
+        mds.import_streaming()
