@@ -61,13 +61,28 @@ def test_a_run_resumed_mid_epoch_trains_on_the_rows_of_the_uninterrupted_one(mds
     assert recorded_steps(resumed, 1, 1)[0] == steps[2:]
 
 
-def test_a_folder_of_another_tokenizer_is_one_error_before_any_work(mds_world, tmp_path, capsys):
+def _one_error(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: mds_streams: "), err
+    return err[0]
+
+
+def test_a_missing_folder_an_unfinished_one_and_another_tokenizer_are_one_error_before_any_work(
+    mds_world, tmp_path, capsys
+):
     other = tmp_path / "other"
     other.mkdir()
     (other / "tokenizer.json").write_text('{"model": "another"}\n')
-    with pytest.raises(SystemExit) as exit_info:
-        main(_argv(mds_world, tmp_path / "out", tokenizer=other))
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: mds_streams: ") and "another tokenizer" in err[0]
+    assert "another tokenizer" in _one_error(capsys, _argv(mds_world, tmp_path / "out", tokenizer=other))
+    half = tmp_path / "half"
+    half.mkdir()
+    (half / "shard.00000.mds").write_bytes(b"x")
+    for folder, says in ((tmp_path / "missing", "is not a folder"), (half, "has no index.json")):
+        argv = _argv(mds_world, tmp_path / "out")
+        i = argv.index("--mds_streams")
+        argv[i + 1 : i + 3] = [f"{mds_world}/books@0.75", f"{folder}@0.25"]
+        assert says in _one_error(capsys, argv)
     assert not (tmp_path / "out").exists()
