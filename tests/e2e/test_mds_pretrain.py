@@ -86,3 +86,23 @@ def test_a_missing_folder_an_unfinished_one_and_another_tokenizer_are_one_error_
         argv[i + 1 : i + 3] = [f"{mds_world}/books@0.75", f"{folder}@0.25"]
         assert says in _one_error(capsys, argv)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_the_ranks_of_a_sequence_parallel_group_read_one_row(mds_world, tmp_path):
+    """2 processes over gloo with SP 2 (streaming's `replication`, the authors' scheme): at each step the two ranks'
+    chunks join into one row of the folders."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "sp2"
+    argv = _argv(mds_world, out, max_steps=2, per_device_train_batch_size=1, global_batch_size=1,
+                 sequence_parallel_size=2)  # fmt: skip
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    done = subprocess.run([*launch, "scripts/pretrain.py", *argv], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = _rows_of(mds_world / "books") | _rows_of(mds_world / "code")
+    rank0, rank1 = recorded_steps(out, 2, 1)
+    assert len(rank0) == len(rank1) == 2
+    for first, second in zip(rank0, rank1):
+        assert tuple(first[0][0] + second[0][0]) in rows
