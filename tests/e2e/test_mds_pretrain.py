@@ -6,6 +6,7 @@ with one error line before any work."""
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -92,14 +93,18 @@ def test_a_missing_folder_an_unfinished_one_and_another_tokenizer_are_one_error_
 def test_the_ranks_of_a_sequence_parallel_group_read_one_row(mds_world, tmp_path):
     """2 processes over gloo with SP 2 (streaming's `replication`, the authors' scheme): at each step the two ranks'
     chunks join into one row of the folders."""
+    import os
     import subprocess
     import sys
 
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")  # the plugin
     out = tmp_path / "sp2"
     argv = _argv(mds_world, out, max_steps=2, per_device_train_batch_size=1, global_batch_size=1,
                  sequence_parallel_size=2)  # fmt: skip
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    done = subprocess.run([*launch, "scripts/pretrain.py", *argv], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([*launch, "scripts/pretrain.py", *argv], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     rows = _rows_of(mds_world / "books") | _rows_of(mds_world / "code")
     rank0, rank1 = recorded_steps(out, 2, 1)
