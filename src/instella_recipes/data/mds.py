@@ -4,10 +4,10 @@ The authors read folders of MDS shards with streaming's `StreamingDataset`, one 
 proportion=p)` per `folder@p` entry of their config (instella-long `instella/data/__init__.py` L51-83), shuffled with
 their seed, `epoch_size = global batch x steps / SP size` rows and `replication = SP size` (the ranks of an SP group
 read the same rows). A row holds `input_ids` and optionally `indices` (the (start, end) document spans; without them
-the row is one document) and `label_mask` (`instella/data/streaming_dataset.py` L53-101). Their collator truncates a
-row at `max_sequence_length`; the loss reads every token (targets cross document borders; `label_mask` drops
-targets). Documents restart their positions here (`position_ids`), which is how transformers' attention keeps them
-apart (the authors' `doc_lens` to flash-attention varlen).
+the row is one document) and `label_mask` (`instella/data/streaming_dataset.py` L53-101). Their collator takes the
+spans up to `max_sequence_length` tokens (`MDSCollator`); the loss reads every token (targets cross document borders;
+`label_mask` drops targets). Documents restart their positions here (`position_ids`), which is how transformers'
+attention keeps them apart (the authors' `doc_lens` to flash-attention varlen).
 
 Our writer (`write_mds`) makes the same layout from text with streaming's `MDSWriter`, so tests and the demo read
 what the authors' loader reads. MDS records no tokenizer; our folders get one beside the shards
@@ -36,8 +36,8 @@ from instella_recipes.core import RecipeError, file_digest, get_logger
 
 logger = get_logger(__name__)
 
-# The columns the authors' collator reads (streaming_dataset.py L53-101); ProLong's packed rows store the token ids
-# as uint32 arrays and the document spans as an (n, 2) uint32 array.
+# The columns the authors' collator reads (streaming_dataset.py L53-101), as uint32 arrays (ProLong's README shows
+# its MDS input_ids as uint32); the encodings of the released shards themselves were not read (no Hub here).
 COLUMNS = {"input_ids": "ndarray:uint32", "indices": "ndarray:uint32"}
 LABEL_MASK_COLUMN = {"label_mask": "ndarray:uint8"}
 # Ours, beside streaming's index.json (MDS has no field for it): the tokenizer the ids come from.
