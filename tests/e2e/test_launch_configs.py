@@ -125,17 +125,39 @@ def _argv(stage: str, lora: bool, model_dir: Path, data_dir: Path, out: Path, wo
     return argv
 
 
+def _job_env(stage: str, record: Path, **env) -> dict[str, str]:
+    """The worker's variables for one stage: GRPO's the same completions in every layout, rank 0's real rollouts
+    ending first (tests/helpers/launch_config_worker.py)."""
+    grpo = {"WORKER_FIXED_COMPLETIONS": str(GRPO_LENGTH), "WORKER_SHORT_ROLLOUT_RANK": "0"} if stage == "grpo" else {}
+    return {**grpo, "WORKER_RECORD": str(record), **env}
+
+
+def _launch(config: str, world: int, args: list[str], **env) -> subprocess.CompletedProcess:
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT)])  # this clone's package, not an installed copy
+    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+               WORKER_PRECISION="no", **env)  # fmt: skip
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
+               str(WORKER), str(ROOT / "accelerate_configs" / f"{config}.yaml"), *args]  # fmt: skip
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
 def run_worker(
     config: str, stage: str, argv: list[str], world: int, record: Path, **env
 ) -> subprocess.CompletedProcess:
-    path = os.pathsep.join([str(ROOT / "src"), str(ROOT)])  # this clone's package, not an installed copy
-    if stage == "grpo":  # the same completions in every layout; rank 0's real rollouts end first (the worker's doc)
-        env = {"WORKER_FIXED_COMPLETIONS": str(GRPO_LENGTH), "WORKER_SHORT_ROLLOUT_RANK": "0", **env}
-    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-               WORKER_RECORD=str(record), WORKER_PRECISION="no", **env)  # fmt: skip
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
-               str(WORKER), str(ROOT / "accelerate_configs" / f"{config}.yaml"), stage, "--", *argv]  # fmt: skip
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    """One stage in one launch."""
+    return _launch(config, world, [stage, "--", *argv], **_job_env(stage, record, **env))
+
+
+def _launches() -> dict[str, dict[tuple[str, bool], str]]:
+    """Run key (`_as_run`) -> {(stage, LoRA): the config whose case asked for it}: every matrix case, and on
+    single_gpu (the 1-process reference) every (stage, LoRA) of the matrix."""
+    groups = {}
+    for config, stage, lora in matrix():
+        groups.setdefault(_as_run(config), {}).setdefault((stage, lora), config)
+    reference = groups.setdefault(_as_run("single_gpu"), {})
+    for _, stage, lora in matrix():
+        reference.setdefault((stage, lora), "single_gpu")
+    return groups
 
 
 @pytest.fixture(scope="module")
@@ -149,22 +171,31 @@ def pretrain_data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def runs(tiny_model_dir, pretrain_data, tmp_path_factory):
-    """`runs(config, stage, lora)` -> the output folder of that run, launched once per distinct run (`_as_run`):
+    """`runs(config, stage, lora)` -> the output folder of that run (its worker record beside it, `_record`); all
+    stages of one distinct run key (`_as_run`) are made in one launch, the first time one is asked for:
     `runs("single_gpu", ...)` is the 1-process reference."""
     made = {}
 
     def run(config: str, stage: str, lora: bool) -> Path:
-        key = (_as_run(config), stage, lora)
+        key = _as_run(config)
         if key not in made:
-            out = tmp_path_factory.mktemp(f"{config}_{stage}") / stage
-            world = _world(config)
-            argv = _argv(stage, lora, tiny_model_dir, pretrain_data, out, world)
-            done = run_worker(config, stage, argv, world, out.parent / "record")
+            folder, world = tmp_path_factory.mktemp(f"{config}_run"), _world(config)
+            outs, jobs = {}, []
+            for stage_, lora_ in _launches()[key]:
+                out = outs[(stage_, lora_)] = folder / f"{stage_}{'-lora' if lora_ else ''}"
+                argv = _argv(stage_, lora_, tiny_model_dir, pretrain_data, out, world)
+                jobs.append({"stage": stage_, "argv": argv, "env": _job_env(stage_, Path(f"{out}.record"))})
+            (folder / "jobs.json").write_text(json.dumps(jobs))
+            done = _launch(config, world, ["--jobs", str(folder / "jobs.json")])
             assert done.returncode == 0, done.stderr[-3000:]
-            made[key] = out
-        return made[key]
+            made[key] = outs
+        return made[key][(stage, lora)]
 
     return run
+
+
+def _record(out: Path, rank: int = 0) -> dict:
+    return json.loads(Path(f"{out}.record.rank{rank}.json").read_text())
 
 
 def _files(folder: Path) -> set[str]:
@@ -217,7 +248,7 @@ def test_every_launch_config_ends_with_a_model(config, stage, lora, tiny_model_d
     raw = _raw(config)
     world = _world(config)
     out = runs(config, stage, lora)
-    record = json.loads((out.parent / "record.rank0.json").read_text())
+    record = _record(out)
     if raw["distributed_type"] == "FSDP":  # sharded by FSDP2, the config's sharded checkpoints kept
         assert record["wrapped"].startswith("FSDP") and record["state_dict_type"].endswith(
             raw["fsdp_config"]["fsdp_state_dict_type"]
@@ -242,8 +273,7 @@ def test_every_launch_config_ends_with_a_model(config, stage, lora, tiny_model_d
     if stage == "grpo":
         _check_grpo_logs(out, reference)
         if world == 2:  # the real rollouts ran on the sharded model, rank 0's ending 7 tokens before rank 1's
-            records = [json.loads((out.parent / f"record.rank{r}.json").read_text()) for r in (0, 1)]
-            lengths = [r["sampled_lengths"] for r in records]
+            lengths = [_record(out, rank)["sampled_lengths"] for rank in (0, 1)]
             assert set(lengths[0]) == {1} and set(lengths[1]) == {GRPO_LENGTH}, lengths
 
 

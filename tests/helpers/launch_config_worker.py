@@ -10,7 +10,10 @@ does by hand; a `parallelism_config` (hybrid sharding) is kept with its replicat
 processes here. DDP and MULTI_CPU configs need nothing: the Trainer runs DDP over gloo on CPU by itself.
 
     python -m torch.distributed.run --standalone --nproc_per_node N launch_config_worker.py CONFIG STAGE -- ARGV...
+    python -m torch.distributed.run --standalone --nproc_per_node N launch_config_worker.py CONFIG --jobs JOBS.json
 STAGE: pretrain | sft | dpo | grpo. ARGV: the stage's command line (the worker adds --bf16 for a bf16 config).
+JOBS.json: a list of {stage, argv, env}: the stages run one after another in this one process group, each with its
+`env` (the WORKER_* variables below) set, so the start-up (interpreters, imports, rendezvous) is paid once.
 
 GRPO samples its rollouts, so no two process counts draw the same completions: with WORKER_FIXED_COMPLETIONS=N the
 rollout still runs (transformers generation on the wrapped model, under FSDP on the sharded one) and its tokens are
@@ -81,13 +84,17 @@ def apply_config(path: str) -> str:
     return precision
 
 
-def fix_completions(trainer_class, length: int) -> None:
-    """Replace each rollout's sampled tokens by `length` non-special tokens drawn from a generator seeded by (prompt,
-    index of this prompt's sample in the batch): the same completions in every process layout (module docstring)."""
+def fix_completions(trainer_class) -> None:
+    """While WORKER_FIXED_COMPLETIONS=N is set, replace each rollout's sampled tokens by N non-special tokens drawn
+    from a generator seeded by (prompt, index of this prompt's sample in the batch): the same completions in every
+    process layout (module docstring)."""
     sample = trainer_class._generate_single_turn
 
     def generate(self, prompt_ids, *args, **kwargs):
-        sampled, _ = sample(self, prompt_ids, *args, **kwargs)  # the real rollout runs, then is replaced
+        sampled, logprobs = sample(self, prompt_ids, *args, **kwargs)  # the real rollout runs, then is replaced
+        if not os.environ.get("WORKER_FIXED_COMPLETIONS"):
+            return sampled, logprobs
+        length = int(os.environ["WORKER_FIXED_COMPLETIONS"])
         assert len(sampled) == len(prompt_ids)
         self.sampled_lengths = getattr(self, "sampled_lengths", []) + [len(c) for c in sampled]
         special = set(self._tokenizer.all_special_ids)
@@ -103,17 +110,20 @@ def fix_completions(trainer_class, length: int) -> None:
     trainer_class._generate_single_turn = generate
 
 
-def main(config: str, stage: str, *argv: str) -> int:
+_RUN_STAGE = {}  # each stage module's own run_stage, before run_job wraps it
+
+
+def run_job(config: str, stage: str, argv: list[str]) -> int:
     """Run the stage's `main(argv)`; the config is applied once the settings are parsed (transformers'
     `TrainingArguments` set up their own device state while parsing), as the lifecycle starts."""
-    torch.set_num_threads(1)
-    argv = list(argv[1:] if argv and argv[0] == "--" else argv)
     bf16 = _precision(yaml.safe_load(open(config))) == "bf16"
-    argv += ["--use_cpu", "true", "--bf16", "true" if bf16 else "false"]
+    argv = [*argv, "--use_cpu", "true", "--bf16", "true" if bf16 else "false"]
     module = importlib.import_module(STAGES[stage])
-    run_stage = module.run_stage
-    if os.environ.get("WORKER_FIXED_COMPLETIONS"):
-        fix_completions(module.InstellaGRPOTrainer, int(os.environ["WORKER_FIXED_COMPLETIONS"]))
+    if stage not in _RUN_STAGE:
+        _RUN_STAGE[stage] = module.run_stage
+        if stage == "grpo":
+            fix_completions(module.InstellaGRPOTrainer)
+    run_stage = _RUN_STAGE[stage]
 
     def configured_run_stage(stage, *args, **kwargs):
         apply_config(config)
@@ -153,6 +163,26 @@ def main(config: str, stage: str, *argv: str) -> int:
 
     module.run_stage = configured_run_stage
     return module.main(argv)
+
+
+def main(config: str, *args: str) -> int:
+    """One stage (`STAGE -- ARGV`) or several in turn (`--jobs JOBS.json`); the first failing one's exit code."""
+    torch.set_num_threads(1)
+    if args[0] != "--jobs":
+        return run_job(config, args[0], list(args[2:] if args[1:2] == ("--",) else args[1:]))
+    with open(args[1]) as f:
+        jobs = json.load(f)
+    for job in jobs:
+        saved = dict(os.environ)
+        os.environ.update(job.get("env", {}))
+        try:
+            code = run_job(config, job["stage"], job["argv"])
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        if code:
+            return code
+    return 0
 
 
 if __name__ == "__main__":
