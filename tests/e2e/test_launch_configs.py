@@ -16,10 +16,11 @@ GRPO (the Instella-Math stages' configs) samples its rollouts, so the worker's W
 sampled tokens (after a real rollout on the sharded model) by ones that depend only on the prompt: the 2-process run
 then equals the 1-process run in its weights and in every step's logged loss, grad norm, reward and KL.
 
-Lean by design: the tiny model, 2 optimizer steps, 8 rows. One launch per distinct run: configs that the worker turns
-into the same run on 2 CPU processes (the full-shard ones differ only in machine and process counts, which the test
-replaces; DDP on 8 GPUs and on 2 CPUs is the same gloo DDP; single_gpu is the 1-process reference itself) share it,
-each still checked as its own case; the SIGTERM tests compare with the matrix's own 2-step run."""
+Lean by design: the tiny model, 2 optimizer steps, 8 rows. Configs that the worker turns into the same run on 2 CPU
+processes (the full-shard ones differ only in machine and process counts, which the test replaces; DDP on 8 GPUs and
+on 2 CPUs is the same gloo DDP; single_gpu is the 1-process reference itself) share their runs, each still checked as
+its own case; all stages of one such run key are one launch (the worker's `--jobs`: start-up paid once), the
+1-process references one more; the SIGTERM tests compare with the matrix's own 2-step run."""
 
 import json
 import math
