@@ -12,9 +12,18 @@ FSDP run differed from the 1-process run by 3.0e-3), so the comparison would pro
 trained weights and not the initial ones were saved. Every FSDP/DDP setting of the config is kept; bf16 under FSDP
 (its all-gather and reduce dtypes) is tests/e2e/test_exactness_sft_fsdp.py's.
 
-Lean by design: the tiny model, 2 optimizer steps, 8 rows; one 1-process reference per (stage, LoRA, precision)."""
+GRPO (the Instella-Math stages' configs) samples its rollouts, so the worker's WORKER_FIXED_COMPLETIONS replaces the
+sampled tokens (after a real rollout on the sharded model) by ones that depend only on the prompt: the 2-process run
+then equals the 1-process run in its weights and in every step's logged loss, grad norm, reward and KL.
+
+Lean by design: the tiny model, 2 optimizer steps, 8 rows. Configs that the worker turns into the same run on 2 CPU
+processes (the full-shard ones differ only in machine and process counts, which the test replaces; DDP on 8 GPUs and
+on 2 CPUs is the same gloo DDP; single_gpu is the 1-process reference itself) share their runs, each still checked as
+its own case; all stages of one such run key are one launch (the worker's `--jobs`: start-up paid once), the
+1-process references one more; the SIGTERM tests compare with the matrix's own 2-step run."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -32,18 +41,13 @@ UNNAMED_STAGE = "pretrain"  # docs/pretraining.md launches ddp_8gpu (and the Slu
 # What a stage writes beside `save_pretrained`'s files (model + tokenizer): its records.
 RECORDS = {"manifest.json", "run.json", "trainer_state.json", "training_args.bin", "data_report.json"}
 STEPS = 2
+GRPO_LENGTH = 8  # tokens per (fixed) GRPO completion = max_completion_length
+METRICS = ("loss", "grad_norm", "reward", "kl", "entropy")  # what GRPO logs per step and the tests compare
 
 
-# GRPO samples its rollouts: a 2-process run draws other completions than the 1-process reference, so its weights
-# cannot be compared; its launches (grpo_stage*.yaml, the math pipeline) are left out of this matrix.
-NOT_COMPARED = {"grpo"}
-
-
-def _stage_of(recipe: Path, script: str | None = None) -> tuple[str, bool] | None:
+def _stage_of(recipe: Path, script: str | None = None) -> tuple[str, bool]:
     name = Path(script).stem if script else recipe.stem.split("-")[0].split("_")[0]
-    if name in NOT_COMPARED:
-        return None
-    stage = {"finetune": "sft", "pretrain": "pretrain", "sft": "sft", "dpo": "dpo"}[name]
+    stage = {"finetune": "sft", "pretrain": "pretrain", "sft": "sft", "dpo": "dpo", "grpo": "grpo"}[name]
     return stage, "lora" in recipe.stem
 
 
@@ -54,14 +58,13 @@ def matrix() -> list[tuple[str, str, bool]]:
         text = recipe.read_text()
         if recipe.name == "pipeline.yaml":
             for stage in yaml.safe_load(text).get("stages", []):
-                kind = _stage_of(ROOT / stage["recipe"], stage["command"]) if stage.get("accelerate_config") else None
-                if kind:
+                if stage.get("accelerate_config"):
+                    kind = _stage_of(ROOT / stage["recipe"], stage["command"])
                     cells.add((Path(stage["accelerate_config"]).stem, *kind))
             continue
         for config in CONFIGS:
-            kind = _stage_of(recipe) if config.name in text else None
-            if kind:
-                cells.add((config.stem, *kind))
+            if config.name in text:
+                cells.add((config.stem, *_stage_of(recipe)))
     for config in CONFIGS:
         if not any(cell[0] == config.stem for cell in cells):
             cells.add((config.stem, UNNAMED_STAGE, False))
@@ -72,13 +75,29 @@ def _raw(config: str) -> dict:
     return yaml.safe_load((ROOT / "accelerate_configs" / f"{config}.yaml").read_text())
 
 
+def _world(config: str) -> int:
+    return 1 if _raw(config)["num_processes"] == 1 else 2
+
+
+def _as_run(config: str) -> str:
+    """What the worker makes of the config on this machine (tests/helpers/launch_config_worker.py): the process
+    count, and for FSDP its `fsdp_config` and whether a `parallelism_config` is given; nothing else of the file is
+    read (fp32 replaces `mixed_precision`, the launcher replaces machines and rendezvous). Equal strings = one run."""
+    raw = _raw(config)
+    run = {"world": _world(config), "distributed_type": "FSDP" if raw["distributed_type"] == "FSDP" else "DDP"}
+    if run["distributed_type"] == "FSDP":
+        run.update(fsdp=raw["fsdp_config"], hybrid=bool(raw.get("parallelism_config")))
+    return json.dumps(run, sort_keys=True)
+
+
 def _argv(stage: str, lora: bool, model_dir: Path, data_dir: Path, out: Path, world: int) -> list[str]:
     """The stage's tiny recipe, 2 steps of global batch 4 whatever the process count (LoRA without dropout: its
-    masks come from each process's own random stream, so no two process counts could agree)."""
-    per_device = str(4 // world)
+    masks come from each process's own random stream, so no two process counts could agree); GRPO: 2 prompts x 4
+    completions of 8 tokens per step, a reward that varies within a group (digits' share)."""
+    batch = 8 if stage == "grpo" else 4
     common = ["--output_dir", str(out), "--max_steps", str(STEPS), "--report_to", "none", "--save_strategy", "no",
-              "--per_device_train_batch_size", per_device, "--gradient_accumulation_steps", "1",
-              "--global_batch_size", "4", "--logging_steps", "1", "--seed", "0"]  # fmt: skip
+              "--per_device_train_batch_size", str(batch // world), "--gradient_accumulation_steps", "1",
+              "--global_batch_size", str(batch), "--logging_steps", "1", "--seed", "0"]  # fmt: skip
     if stage == "pretrain":
         from tests.helpers.pretrain_utils import TINY_MODEL
 
@@ -87,6 +106,9 @@ def _argv(stage: str, lora: bool, model_dir: Path, data_dir: Path, out: Path, wo
     argv = ["--config", str(ROOT / "recipes" / "tiny" / f"{stage}.yaml"), "--model_name_or_path", str(model_dir),
             "--max_samples", "8", "--warmup_steps", "0", "--learning_rate", "1e-2" if lora else "3e-3",
             *common]  # fmt: skip
+    if stage == "grpo":
+        argv += ["--num_generations", "4", "--max_completion_length", str(GRPO_LENGTH),
+                 "--reward_funcs", "tests.helpers.grpo_rewards.digit_share"]  # fmt: skip
     if lora:
         argv += [
             "--use_peft",
@@ -104,15 +126,39 @@ def _argv(stage: str, lora: bool, model_dir: Path, data_dir: Path, out: Path, wo
     return argv
 
 
+def _job_env(stage: str, record: Path, **env) -> dict[str, str]:
+    """The worker's variables for one stage: GRPO's the same completions in every layout, rank 0's real rollouts
+    ending first (tests/helpers/launch_config_worker.py)."""
+    grpo = {"WORKER_FIXED_COMPLETIONS": str(GRPO_LENGTH), "WORKER_SHORT_ROLLOUT_RANK": "0"} if stage == "grpo" else {}
+    return {**grpo, "WORKER_RECORD": str(record), **env}
+
+
+def _launch(config: str, world: int, args: list[str], **env) -> subprocess.CompletedProcess:
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT)])  # this clone's package, not an installed copy
+    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+               WORKER_PRECISION="no", **env)  # fmt: skip
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
+               str(WORKER), str(ROOT / "accelerate_configs" / f"{config}.yaml"), *args]  # fmt: skip
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
 def run_worker(
     config: str, stage: str, argv: list[str], world: int, record: Path, **env
 ) -> subprocess.CompletedProcess:
-    path = os.pathsep.join([str(ROOT / "src"), str(ROOT)])  # this clone's package, not an installed copy
-    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-               WORKER_RECORD=str(record), WORKER_PRECISION="no", **env)  # fmt: skip
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
-               str(WORKER), str(ROOT / "accelerate_configs" / f"{config}.yaml"), stage, "--", *argv]  # fmt: skip
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    """One stage in one launch."""
+    return _launch(config, world, [stage, "--", *argv], **_job_env(stage, record, **env))
+
+
+def _launches() -> dict[str, dict[tuple[str, bool], str]]:
+    """Run key (`_as_run`) -> {(stage, LoRA): the config whose case asked for it}: every matrix case, and on
+    single_gpu (the 1-process reference) every (stage, LoRA) of the matrix."""
+    groups = {}
+    for config, stage, lora in matrix():
+        groups.setdefault(_as_run(config), {}).setdefault((stage, lora), config)
+    reference = groups.setdefault(_as_run("single_gpu"), {})
+    for _, stage, lora in matrix():
+        reference.setdefault((stage, lora), "single_gpu")
+    return groups
 
 
 @pytest.fixture(scope="module")
@@ -125,22 +171,32 @@ def pretrain_data(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def references(tiny_model_dir, pretrain_data, tmp_path_factory):
-    """The 1-process run of (stage, LoRA), made once: single_gpu.yaml, which shards nothing."""
+def runs(tiny_model_dir, pretrain_data, tmp_path_factory):
+    """`runs(config, stage, lora)` -> the output folder of that run (its worker record beside it, `_record`); all
+    stages of one distinct run key (`_as_run`) are made in one launch, the first time one is asked for:
+    `runs("single_gpu", ...)` is the 1-process reference."""
     made = {}
 
-    def reference(stage: str, lora: bool) -> Path:
-        key = (stage, lora)
+    def run(config: str, stage: str, lora: bool) -> Path:
+        key = _as_run(config)
         if key not in made:
-            out = tmp_path_factory.mktemp("reference") / stage
-            config = "single_gpu"
-            argv = _argv(stage, lora, tiny_model_dir, pretrain_data, out, world=1)
-            done = run_worker(config, stage, argv, 1, out.parent / "record")
+            folder, world = tmp_path_factory.mktemp(f"{config}_run"), _world(config)
+            outs, jobs = {}, []
+            for stage_, lora_ in _launches()[key]:
+                out = outs[(stage_, lora_)] = folder / f"{stage_}{'-lora' if lora_ else ''}"
+                argv = _argv(stage_, lora_, tiny_model_dir, pretrain_data, out, world)
+                jobs.append({"stage": stage_, "argv": argv, "env": _job_env(stage_, Path(f"{out}.record"))})
+            (folder / "jobs.json").write_text(json.dumps(jobs))
+            done = _launch(config, world, ["--jobs", str(folder / "jobs.json")])
             assert done.returncode == 0, done.stderr[-3000:]
-            made[key] = out
-        return made[key]
+            made[key] = outs
+        return made[key][(stage, lora)]
 
-    return reference
+    return run
+
+
+def _record(out: Path, rank: int = 0) -> dict:
+    return json.loads(Path(f"{out}.record.rank{rank}.json").read_text())
 
 
 def _files(folder: Path) -> set[str]:
@@ -170,17 +226,30 @@ def _check_saved_pretrained_only(out: Path, lora: bool) -> None:
         assert not [name for name in extra if name.endswith(".py")]
 
 
+def _logged(out: Path) -> list[dict]:
+    """The per-step log entries (step + METRICS) of a GRPO run's trainer_state.json."""
+    state = json.loads((out / "trainer_state.json").read_text())
+    return [{k: e[k] for k in ("step", *METRICS)} for e in state["log_history"] if "loss" in e]
+
+
+def _check_grpo_logs(ours: Path, reference: Path) -> None:
+    """Every step's loss, grad norm, reward, KL and entropy equal the 1-process run's (same completions; fp32 sums in
+    another order), all finite, and the first step's groups had a spread (the loss had a gradient)."""
+    mine, theirs = _logged(ours), _logged(reference)
+    assert [e["step"] for e in mine] == [e["step"] for e in theirs] == list(range(1, STEPS + 1))
+    for a, b in zip(mine, theirs, strict=True):
+        for key in METRICS:
+            assert math.isfinite(a[key]) and a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (key, a, b)
+    state = json.loads((reference / "trainer_state.json").read_text())
+    assert state["log_history"][0]["frac_reward_zero_std"] < 1
+
+
 @pytest.mark.parametrize(("config", "stage", "lora"), matrix(), ids=lambda v: str(v) if not isinstance(v, bool) else ("lora" if v else "full"))  # fmt: skip # noqa: E501
-def test_every_launch_config_ends_with_a_model(
-    config, stage, lora, tiny_model_dir, pretrain_data, references, tmp_path
-):
+def test_every_launch_config_ends_with_a_model(config, stage, lora, tiny_model_dir, runs):
     raw = _raw(config)
-    world = 1 if raw["num_processes"] == 1 else 2
-    out = tmp_path / stage
-    done = run_worker(config, stage, _argv(stage, lora, tiny_model_dir, pretrain_data, out, world), world,
-                      tmp_path / "record")  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    record = json.loads((tmp_path / "record.rank0.json").read_text())
+    world = _world(config)
+    out = runs(config, stage, lora)
+    record = _record(out)
     if raw["distributed_type"] == "FSDP":  # sharded by FSDP2, the config's sharded checkpoints kept
         assert record["wrapped"].startswith("FSDP") and record["state_dict_type"].endswith(
             raw["fsdp_config"]["fsdp_state_dict_type"]
@@ -191,7 +260,7 @@ def test_every_launch_config_ends_with_a_model(
     assert manifest["global_step"] == STEPS and manifest["world_size"] == world
     _check_saved_pretrained_only(out, lora)
 
-    reference = references(stage, lora)
+    reference = runs("single_gpu", stage, lora)
     assert _files(out) == _files(reference)
     ours, theirs = _weights(out), _weights(reference)
     initial = _weights(tiny_model_dir) if stage != "pretrain" else None
@@ -202,29 +271,31 @@ def test_every_launch_config_ends_with_a_model(
         moved = max((theirs[k] - initial[k]).abs().max().item() for k in initial)
         assert moved > 10 * differs, (moved, differs)
         print(f"weights: moved {moved:.3g}, differ from the 1-process run by {differs:.3g}")
+    if stage == "grpo":
+        _check_grpo_logs(out, reference)
+        if world == 2:  # the real rollouts ran on the sharded model, rank 0's ending 7 tokens before rank 1's
+            lengths = [_record(out, rank)["sampled_lengths"] for rank in (0, 1)]
+            assert set(lengths[0]) == {1} and set(lengths[1]) == {GRPO_LENGTH}, lengths
 
 
-def test_sft_sigterm_under_fsdp_resumes_bit_exact(tiny_model_dir, pretrain_data, tmp_path):
-    """SFT under the shipped FSDP2 config: 4 steps straight, and 4 steps with a SIGTERM at the end of step 1 (every
-    rank saves a sharded DCP checkpoint-2 and exits 0), then the same command again (resume `auto`): the same bytes."""
-    config, world = "fsdp2_full_shard_16x8_mi300x", 2
-
-    def argv(out):
-        base = _argv("sft", False, tiny_model_dir, pretrain_data, out, world)
-        return [*base, "--max_steps", "4"]
-
-    straight = tmp_path / "straight"
-    assert run_worker(config, "sft", argv(straight), world, tmp_path / "a").returncode == 0
+@pytest.mark.parametrize(("config", "stage"), [("fsdp2_full_shard_16x8_mi300x", "sft"), ("fsdp2_full_shard_2x8_mi300x", "grpo")])  # fmt: skip # noqa: E501
+def test_sigterm_under_fsdp_resumes_bit_exact(config, stage, tiny_model_dir, pretrain_data, runs, tmp_path):
+    """The stage under a shipped FSDP2 config (SFT: the published SFT layout; GRPO: GRPO-1's), with a SIGTERM at the
+    end of step 1 of 2 (every rank saves a sharded DCP checkpoint-1 and exits 0), then the same command again (resume
+    `auto`): the same bytes as the matrix's straight 2-step run of that config."""
+    world = 2
     resumed = tmp_path / "resumed"
-    done = run_worker(config, "sft", argv(resumed), world, tmp_path / "b", WORKER_KILL_STEP="1")
+    argv = _argv(stage, False, tiny_model_dir, pretrain_data, resumed, world)
+    done = run_worker(config, stage, argv, world, tmp_path / "a", WORKER_KILL_STEP="1")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "pre-empted; saved checkpoint-2" in done.stdout + done.stderr and not (resumed / "manifest.json").exists()
-    assert (resumed / "checkpoint-2" / "pytorch_model_fsdp_0").is_dir()  # sharded (DCP), as the config says
-    done = run_worker(config, "sft", argv(resumed), world, tmp_path / "c")
+    assert "pre-empted; saved checkpoint-1" in done.stdout + done.stderr and not (resumed / "manifest.json").exists()
+    assert (resumed / "checkpoint-1" / "pytorch_model_fsdp_0").is_dir()  # sharded (DCP), as the config says
+    done = run_worker(config, stage, argv, world, tmp_path / "b")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert (
-        "resuming from" in done.stdout + done.stderr
-        and json.loads((resumed / "manifest.json").read_text())["global_step"] == 4
-    )
+    assert "resuming from" in done.stdout + done.stderr
+    assert json.loads((resumed / "manifest.json").read_text())["global_step"] == STEPS
+    straight = runs(config, stage, False)
     a, b = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    if stage == "grpo":  # step 1 logged before the SIGTERM (kept in the checkpoint), step 2 after the resume
+        assert _logged(resumed) == _logged(straight)
