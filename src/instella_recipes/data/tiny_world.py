@@ -160,6 +160,67 @@ class TinyWorld:
         ]
 
 
+# --- long context: needles in a TinyWorld haystack ---------------------------------------------------------------
+# The long-context branch of the demo (recipes/tiny/pipeline.yaml `long_*` stages, docs/instella_long.md) teaches and
+# measures retrieval over a few thousand tokens: a "needle" (a made-up key with a 4-digit code) sits somewhere in a
+# haystack of TinyWorld corpus sentences, and a question at the end asks for the code. Keys are built from syllables
+# the world's names never use, so no fact of the corpus answers a needle question.
+_KEY_SYLLABLES = ["bra", "cot", "fen", "gu", "hal", "jor", "lu", "mek", "nir", "pol", "sav", "tor", "vex", "wim", "yo"]
+NEEDLE = "The secret code of {key} is {value}."
+NEEDLE_QUERY = "What is the secret code of {key}? The secret code of {key} is"
+
+
+def _needle(rng: random.Random) -> tuple[str, str]:
+    key = "".join(rng.choice(_KEY_SYLLABLES) for _ in range(3)).capitalize()
+    return key, f"{rng.randrange(10_000):04d}"
+
+
+def _haystack(world: TinyWorld, rng: random.Random, n_chars: int) -> list[str]:
+    """Sentences of the TinyWorld corpus in random order (documents kept whole), at least `n_chars` in all."""
+    docs = [row["text"].replace("\n", " ") for row in world.corpus()]
+    out, size = [], 0
+    while size < n_chars:
+        text = rng.choice(docs)
+        out.append(text)
+        size += len(text) + 1
+    return out
+
+
+def needle_documents(world: TinyWorld, count: int, n_chars: int, needles: int, seed: int = 0) -> list[dict]:
+    """`count` training documents `{"text"}` of about `n_chars` characters: the TinyWorld haystack with `needles`
+    key-code sentences at random places, each asked again (question, then its code) at a random later place, so
+    pretraining's next-token loss on the code teaches copying from anywhere earlier in the document (and a document
+    cut at a window border keeps most of its pairs whole)."""
+    rng = random.Random(f"{world.seed}-needles-{seed}")
+    rows = []
+    for _ in range(count):
+        hay = _haystack(world, rng, n_chars)
+        for _ in range(needles):
+            key, value = _needle(rng)
+            at = rng.randrange(len(hay))
+            hay.insert(at, NEEDLE.format(key=key, value=value))
+            hay.insert(rng.randrange(at + 1, len(hay) + 1), f"{NEEDLE_QUERY.format(key=key)} {value}.")
+        rows.append({"text": " ".join(hay)})
+    return rows
+
+
+def niah_items(world: TinyWorld, per_depth: int, n_chars: int, depths=(0.1, 0.3, 0.5, 0.7, 0.9)) -> list[dict]:
+    """Needle-in-a-haystack items `{id, depth, context, target}`: one needle at `depth` (fraction of the haystack's
+    characters before it) of an `n_chars` haystack, the question last; `target` is " <code>" (exact retrieval: the
+    whole code is the greedy continuation). Seeded apart from `needle_documents`: other haystacks and codes."""
+    rng = random.Random(f"{world.seed}-niah")
+    rows = []
+    for depth in depths:
+        for i in range(per_depth):
+            key, value = _needle(rng)
+            hay = _haystack(world, rng, n_chars)
+            at = next(j for j in range(len(hay) + 1) if len(" ".join(hay[:j])) >= depth * n_chars or j == len(hay))
+            hay.insert(at, NEEDLE.format(key=key, value=value))
+            context = " ".join([*hay, NEEDLE_QUERY.format(key=key)])
+            rows.append({"id": f"niah-{depth}-{i}", "depth": depth, "context": context, "target": f" {value}"})
+    return rows
+
+
 def write_jsonl(rows: list[dict], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(path) as handle:
@@ -194,10 +255,17 @@ class TinyWorldArguments:
     n_eval_problems: int = field(default=60, metadata={"help": "held-out arithmetic problems"})
     max_operand: int = field(default=9, metadata={"help": "largest operand of a sum"})
     repeats: int = field(default=8, metadata={"help": "how often each fact is restated in the corpus"})
+    long_docs: int = field(
+        default=0, metadata={"help": "needle documents for long-context training (long_corpus.jsonl); 0: none"}
+    )
+    long_doc_chars: int = field(default=7000, metadata={"help": "haystack characters of each needle document"})
+    long_needles: int = field(default=32, metadata={"help": "key-code needles (each asked once) per document"})
     overwrite: bool = field(default=False, metadata={"help": "replace a complete output in output_dir"})
 
     def __post_init__(self):
         check_positive(self, "n_entities", "n_train_problems", "n_eval_problems", "max_operand", "repeats")
+        check_positive(self, "long_doc_chars", "long_needles")
+        check_range("long_docs", self.long_docs, 0, integer=True)
         check_range("seed", self.seed, 0, integer=True)
 
 
@@ -225,6 +293,9 @@ def make_tiny_world(args: TinyWorldArguments) -> Path:
     facts = [row for row in world.sft() if "capital of" in row["messages"][-2]["content"]]
     files["sft_facts"] = write_jsonl(facts, output / "sft_facts.jsonl")
     files["speculative_prompts"] = write_jsonl(speculative_prompts(world), output / "speculative_prompts.jsonl")
+    if args.long_docs:  # the long-context branch's training text (docs/instella_long.md, "The demo's long branch")
+        docs = needle_documents(world, args.long_docs, args.long_doc_chars, args.long_needles)
+        files["long_corpus"] = write_jsonl(docs, output / "long_corpus.jsonl")
     rows = {name: sum(1 for _ in path.open()) for name, path in files.items()}
     for name, count in rows.items():
         print(f"{name}: {count} rows -> {files[name]}")

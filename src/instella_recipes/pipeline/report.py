@@ -204,12 +204,12 @@ def eval_section(records: list[dict], plots: Path, link: Path) -> list[str]:
         values = [scores[model].get(key, 0.0) for key in keys]
         errors = [(rows[model].get(key) or {}).get("stderr") or 0.0 for key in keys]
         low = [min(e, v) for v, e in zip(values, errors)]
-        high = [min(e, 1.0 - v) for v, e in zip(values, errors)]
+        high = [max(0.0, min(e, 1.0 - v)) for v, e in zip(values, errors)]  # bits per byte can exceed 1
         bars = ax.bar(xs, values, width, label=model, yerr=[low, high], capsize=3, error_kw={"elinewidth": 1})
         ax.bar_label(bars, fmt="%.2f", fontsize=8, padding=2)
     ax.set_xticks(range(len(keys)))
     ax.set_xticklabels([f"{t}\n{m.replace(' (', chr(10) + '(')}" for t, m in keys], fontsize=8)
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(0, max(1.05, *(1.1 * v for s in scores.values() for v in s.values())))
     _style(ax, "Evaluation scores per stage (bars: ± one standard error)", "task / metric", "score (higher is better)")
     ax.legend(title="checkpoint", fontsize=9)
     fig.tight_layout()

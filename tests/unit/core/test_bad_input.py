@@ -499,6 +499,7 @@ BAD_INPUTS = [
     ("speculative-repeats", "speculative", lambda w, o: ["--target", str(w["model"]), "--draft", str(w["model"]), "--repeats", "0"], "repeats must be >= 1"),  # noqa: E501
     ("tokenizer-vocab", "train_tokenizer", lambda w, o: ["--output_dir", str(o), "--corpus", str(w["chat"]), "--vocab_size", "0"], "vocab_size must be >= 1"),  # noqa: E501
     ("tiny-world-entities", "make_tiny_world", lambda w, o: ["--output_dir", str(o), "--n_entities", "0"], "n_entities must be >= 1"),  # noqa: E501
+    ("tiny-world-long-docs", "make_tiny_world", lambda w, o: ["--output_dir", str(o), "--long_docs", "-1"], "long_docs must be >= 0"),  # noqa: E501
     # --- issue 24 ---
     # one rule for every stage's output folder: a complete output of any stage is replaced only with --overwrite
     ("sft-into-complete-sft", "sft", lambda w, o: _sft(w, w["complete_sft"]), "holds a complete 'sft' output"),
