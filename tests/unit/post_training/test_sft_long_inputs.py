@@ -4,10 +4,11 @@ The 2-process run: tests/e2e/test_sft_sequence_parallel.py."""
 
 import pytest
 
-from instella_recipes.core import parse_recipe
+from instella_recipes.core import RecipeError, parse_recipe
 from instella_recipes.post_training import sft
 from instella_recipes.post_training.run import CheckedModelConfig
 from tests.unit.post_training import test_sft_train as unit_half
+from tests.unit.post_training.test_instella_math_sft2 import assert_gradient_is, one_sft_update
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -22,7 +23,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
             "does not divide the world size (1 processes)",
         ),
         ({"rope_theta": 514640}, "rope_theta 514640 (recipe) but model_name_or_path"),
-        ({"loss_normalizer": "all"}, "loss_normalizer"),
+        ({"loss_reduction": "all"}, "loss_reduction must be one of ('mean', 'sum', 'input_tokens')"),
+        ({"loss_normalizer": "input_tokens"}, "unknown flag '--loss_normalizer' (SFT's divisor is now one key: "),
         ({"optimizer_state_from": "/nonexistent/phase2"}, "/nonexistent/phase2/optimizer_state holds no optimizer"),
     ],
 )
@@ -50,9 +52,27 @@ def test_the_long_sft_recipe_has_the_published_numbers():
         "authors",
         True,
     )
-    assert args.loss_normalizer == "input_tokens" and args.rope_theta == 3_691_950
+    assert args.loss_reduction == "input_tokens" and not args.average_tokens_across_devices  # per device, L872
+    assert args.rope_theta == 3_691_950
     assert args.optimizer_state_from == "runs/instella-3b-long/phase2"  # moments kept, step and schedule reset
     assert (args.per_device_train_batch_size, args.global_batch_size) == (1, 16)  # 64 GPUs / SP 4 = 16 rows
     assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon, args.weight_decay, args.max_grad_norm) == (
         0.9, 0.95, 1e-8, 0.1, 1.0,
     )  # fmt: skip
+
+
+def test_a_recipe_with_the_retired_loss_normalizer_key_is_told_the_new_one(tmp_path):
+    recipe = tmp_path / "sft.yaml"
+    recipe.write_text(f"model_name_or_path: x\noutput_dir: {tmp_path / 'out'}\nloss_normalizer: input_tokens\n")
+    with pytest.raises(RecipeError, match=r"sft.yaml:3: unknown key 'loss_normalizer' \(.*loss_reduction: input_"):
+        parse_recipe([sft.CheckedSFTConfig, CheckedModelConfig], ["--config", str(recipe)])
+
+
+def test_input_token_loss_divides_by_every_input_token(tiny_model_dir, tmp_path):
+    """`loss_reduction: input_tokens`: one update's gradient is the summed token CE of the step's rows over all their
+    input tokens, masked prompt tokens too (the authors' `batch["input_ids"].numel() / seq_parallel_size`, SP 1)."""
+    flags = ("--loss_reduction", "input_tokens", "--average_tokens_across_devices", "false")
+    rows, grads = one_sft_update(tiny_model_dir, tmp_path, *flags)
+    tokens = sum(row["input_ids"].numel() for row in rows)
+    assert tokens > sum(int((row["labels"] != -100).sum()) for row in rows)  # the prompts count too
+    assert_gradient_is(tiny_model_dir, rows, grads, divisor=tokens)
