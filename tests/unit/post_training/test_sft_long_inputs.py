@@ -2,7 +2,10 @@
 launch that can hold it; `rope_theta` must be the input model's; the recipes/instella-3b-long/sft.yaml numbers.
 The 2-process run: tests/e2e/test_sft_sequence_parallel.py."""
 
+from types import SimpleNamespace
+
 import pytest
+import torch
 
 from instella_recipes.core import RecipeError, parse_recipe
 from instella_recipes.post_training import sft
@@ -76,3 +79,14 @@ def test_input_token_loss_divides_by_every_input_token(tiny_model_dir, tmp_path)
     tokens = sum(row["input_ids"].numel() for row in rows)
     assert tokens > sum(int((row["labels"] != -100).sum()) for row in rows)  # the prompts count too
     assert_gradient_is(tiny_model_dir, rows, grads, divisor=tokens)
+
+
+@pytest.mark.parametrize("reduction, expected", [("input_tokens", 12 / 2), ("sum", 1 / 2)])
+def test_sequence_parallel_divides_the_reductions_count_by_its_size(reduction, expected):
+    """The SFT trainer's one divisor: `loss_reduction`'s count (two micro-batches of 8 and 4 input tokens, or 1 for
+    sum), then / SP size 2 (the ranks of an SP group count the same rows); the 2-process run that depends on it:
+    tests/e2e/test_sft_sequence_parallel.py."""
+    trainer = object.__new__(sft.InstellaSFTTrainer)  # the hook's state only, no model or data
+    trainer.loss_reduction, trainer.sequence_parallel = reduction, SimpleNamespace(size=2)
+    rows = [{"input_ids": torch.ones(1, n, dtype=torch.long), "labels": torch.full((1, n), -100)} for n in (8, 4)]
+    assert float(trainer._get_num_items_in_batch(rows, torch.device("cpu"))) == expected
