@@ -16,8 +16,15 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),) "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev,eval]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,eval,mds]"
+	$(PY) -m pip install -q --no-deps -c constraints.txt mosaicml-streaming  # after the project: see MDS below
 	touch $(STAMP)
+
+# MDS (mosaicml-streaming, the authors' reader of amd/Instella-Long): every release declares numpy<2.2 (0.13.0 too)
+# and transformers<5, the cloud SDKs and torchvision, so it cannot be a dependency of the project (numpy 2.4 pinned).
+# It is installed without its declared dependencies; the ones it imports for local MDS (compression codecs, catalogue)
+# are the extra `mds`. The local write/read path works with numpy 2.4 (tests/unit/data/test_mds_streams.py);
+# its vision datasets need a torchvision that matches torch and are left out (data/mds.py). docs/instella_long.md "Data".
 
 setup: $(STAMP)
 

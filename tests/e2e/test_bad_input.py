@@ -446,7 +446,7 @@ BAD_INPUTS = [
     ("pretrain-token-list-missing-file", "pretrain", lambda w, o: _tokens(w, o, w["tokens_missing"]), "missing.txt:2: token file"),  # noqa: E501
     ("pretrain-token-id-beyond-vocab", "pretrain", lambda w, o: _tokens(w, o, w["tokens_big_id"]), "token id 600 at token 500 is >= the tokenizer's 512 ids"),  # noqa: E501
     ("pretrain-token-files-under-one-batch", "pretrain", lambda w, o: _tokens(w, o, w["tokens_good"], seq_len=128), "3 instances of 128 tokens are fewer than one global batch (4)"),  # noqa: E501
-    ("pretrain-data-dir-and-paths", "pretrain", lambda w, o: [*_tokens(w, o, w["tokens_good"]), "--data_dir", w["data"]], "set data_dir (the output folder of scripts/prepare_data.py) or data_paths (OLMo token files), not both"),  # noqa: E501
+    ("pretrain-data-dir-and-paths", "pretrain", lambda w, o: [*_tokens(w, o, w["tokens_good"]), "--data_dir", w["data"]], "set one of data_dir (the output folder of scripts/prepare_data.py), data_paths (OLMo token files) or mds_streams (MDS folders), not data_dir and data_paths"),  # noqa: E501
     ("pretrain-seq-len-beyond-context", "pretrain", lambda w, o: _tokens(w, o, w["tokens_good"], seq_len=256), "seq_len 256 is longer than the model's max_position_embeddings (128)"),  # noqa: E501
     ("stage2-truncated-weights", "pretrain", lambda w, o: _stage2(w, o, w["model_truncated"]), "not a readable safetensors file"),  # noqa: E501
     ("stage2-random-weights", "pretrain", lambda w, o: _stage2(w, o, w["model_random"]), "not a readable safetensors file"),  # noqa: E501

@@ -41,6 +41,9 @@ def test_lm_eval_cli_runs_offline_suites_from_any_cwd_and_the_report_renders_the
     expected |= {"tiny_world_mc", "tiny_world_arithmetic"}
     assert expected <= set(results)
     assert results["tiny_world_mc"]["acc,none"] in (0.0, 1.0)
+    # the offline suite's group row is its suite score: lm-eval's unweighted mean of the members' acc
+    members = [results[m.offline_task]["acc,none"] for m in make_tasks.SUITES["amd_llama_135m"]]
+    assert results["amd_llama_135m_offline"]["acc,none"] == pytest.approx(sum(members) / len(members))
     # an OLMES task through the CLI: acc_per_token counts tokens with the tokenizer of --model_args pretrained=
     assert results["olmes_hellaswag__olmo1_offline"]["acc_per_token,none"] in (0.0, 1.0)
 

@@ -4,8 +4,9 @@ package not installed), so the suites can be proposed upstream: the task code th
 
 In a subprocess where `instella_recipes` and `modeling_instella` cannot be imported (an import hook refuses them),
 lm-eval's own YAML loader reads every YAML with its `!function` references resolved, its TaskManager indexes the
-folder, and the offline OLMES tasks (shipped rows: no download) are built and render their requests. Generic over
-the folder: tasks added later are checked too.
+folder, the offline OLMES tasks (shipped rows: no download) are built and render their requests, and every group is
+read by lm-eval's `Group.from_config`, its members known and the metric it aggregates one each of its leaf tasks
+reports (lm-eval averages a group over its leaf tasks). Generic over the folder: tasks added later are checked too.
 """
 
 import json
@@ -51,8 +52,35 @@ for name in names:
         built[name] = len(task.instances)
     except Exception as error:
         failures[name] = f"{type(error).__name__}: {error}"
+from lm_eval.api.group import Group
+
+index = manager.task_index
+groups, outside = {}, set()
+for name, entry in index.items():
+    if "group" not in entry.cfg:
+        continue
+    try:
+        Group.from_config(entry.cfg)  # lm-eval's GroupConfig: keys, aggregate_metric_list
+        children = [c if isinstance(c, str) else c.get("group") or c.get("task") for c in entry.cfg["task"]]
+        outside |= {c for c in children if c not in index}  # lm-eval's own: test_eval_suites checks them
+        for agg in entry.cfg.get("aggregate_metric_list") or []:  # lm-eval averages it over the leaf tasks
+            stack, leaves = [c for c in children if c in index], []
+            while stack:
+                child = index[stack.pop()].cfg
+                if "group" in child:
+                    stack += [c if isinstance(c, str) else c.get("group") or c.get("task") for c in child["task"]]
+                else:
+                    leaves.append(child)
+            metrics = [(t["task"], {m["metric"] for m in t.get("metric_list", [])}) for t in leaves]
+            lacking = [task for task, names in metrics if agg["metric"] not in names]
+            assert not lacking, f"{agg['metric']} is not a metric of {lacking}"
+        groups[name] = len(children)
+    except Exception as error:
+        failures[name] = f"{type(error).__name__}: {error}"
 blocked = [m for m in sys.modules if m.split(".")[0] in ("instella_recipes", "modeling_instella")]
-print("RESULT " + json.dumps({"yamls": len(paths), "built": built, "failures": failures, "imported": blocked}))
+result = {"yamls": len(paths), "built": built, "groups": groups, "outside": sorted(outside), "failures": failures,
+          "imported": blocked}
+print("RESULT " + json.dumps(result))
 """
 
 
@@ -70,3 +98,5 @@ def test_every_task_yaml_loads_with_lm_eval_alone(tmp_path):
     assert result["imported"] == []
     assert result["yamls"] >= 240
     assert len(result["built"]) >= 15 and all(n > 0 for n in result["built"].values())
+    assert len(result["groups"]) >= 19  # every group YAML, read by lm-eval, its aggregated metric its tasks'
+    assert "mmlu" in result["outside"] and not any(n.startswith("olmes_") for n in result["outside"])

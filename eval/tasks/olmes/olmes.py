@@ -182,6 +182,20 @@ def process_docs(dataset, doc_fn, with_index: bool = False):
     return dataset.map(doc_fn, **kwargs)
 
 
+# Every task also reports its primary metric (the number the published table shows) under this one name, so that an
+# lm-eval group over single tasks with different primary metrics (the offline suites) can average them.
+PRIMARY_SCORE = "primary_score"
+
+
+def ifeval_results(doc: dict, results: list[str]) -> dict:
+    """lm-eval's IFEval scoring (`lm_eval.tasks.ifeval.utils.process_results`, unchanged) plus `primary_score`, its
+    `prompt_level_loose_acc` (OLMES's primary metric for `ifeval::tulu`)."""
+    from lm_eval.tasks.ifeval.utils import process_results  # noqa: PLC0415 - needs IFEval's extras, only when scoring
+
+    scores = process_results(doc, results)
+    return {**scores, PRIMARY_SCORE: scores["prompt_level_loose_acc"]}
+
+
 # The `process_docs` functions the task YAMLs name.
 arc_docs = partial(process_docs, doc_fn=arc_doc)
 boolq_docs = partial(process_docs, doc_fn=boolq_doc)

@@ -203,6 +203,7 @@ class OlmesTask(ConfigurableTask):
                     continuations=self._continuations(doc),
                     uncond_logliks=lls[n : 2 * n] if self.olmes.get("unconditioned_prompt") else None,
                 )
+        scores[olmes.PRIMARY_SCORE] = scores[self.olmes["primary_metric"]]  # the suite groups average this one
         return {name: scores[name] for name in wanted}
 
     def _score_generation(self, doc, continuation: str) -> dict:

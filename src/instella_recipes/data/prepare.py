@@ -34,6 +34,7 @@ from instella_recipes.core import (
     setup_logging,
     write_manifest,
 )
+from instella_recipes.data import mds
 from instella_recipes.data.dolma_tokens import DOLMA_BATCH_SIZE, DOLMA_MAX_SIZE, DOLMA_RING_SIZE
 from instella_recipes.data.olmo_layout import prepare_token_files
 from instella_recipes.data.packing import (
@@ -74,7 +75,9 @@ class PrepareArguments:
     layout: str = field(
         default="packed",
         metadata={"help": "packed: shuffled fixed windows (tokens.bin); olmo: the authors' token files, as `dolma "
-                  "tokens` writes them (part-*.npy per source destination)."},
+                  "tokens` writes them (part-*.npy per source destination); mds: one MDS folder per source, rows "
+                  "of seq_len tokens with their document spans, the layout of the authors' amd/Instella-Long "
+                  "(pretrain's mds_streams reads <output_dir>/<name>@<weight>)."},
     )  # fmt: skip
     sources: list[str] | None = field(
         default=None, metadata={"help": "Source mappings (see instella_recipes/data/sources)."}
@@ -136,7 +139,9 @@ class PrepareArguments:
     )
 
     def __post_init__(self):
-        check_choice("layout", self.layout, ("packed", "olmo"))
+        check_choice("layout", self.layout, ("packed", "olmo", "mds"))
+        if self.layout == "mds" and self.streaming:
+            raise RecipeError("layout mds reads its sources in memory: drop streaming (it is for layout packed)")
         if self.batch_size is None:
             self.batch_size = DOLMA_BATCH_SIZE if self.layout == "olmo" else 1000
         check_positive(self, "batch_size", "shuffle_buffer", "max_size", "processes", "ring_size")
@@ -233,7 +238,9 @@ def prepare(args: PrepareArguments) -> Path:
     digest, inputs = input_fingerprint(args, specs)
     existing = read_manifest(out) if out.exists() else None
     if existing is not None and existing.get("stage") == STAGE and existing.get("fingerprint") == digest:
-        logger.info(f"prepare_data: {out} is up to date ({existing['num_windows']} windows); reusing it")
+        rows = existing.get("mds_rows")
+        size = f"MDS rows {rows}" if rows is not None else f"{existing['num_windows']} windows"
+        logger.info(f"prepare_data: {out} is up to date ({size}); reusing it")
         return out
     # what the sources read from disk: no folder this stage replaces may be or hold one (core.io's output rule)
     local = [(f"source '{s.name}' path", s.path) for s in specs if s.path]
@@ -259,6 +266,8 @@ def prepare(args: PrepareArguments) -> Path:
     dtype = token_dtype(len(tokenizer))
 
     # overwrite: an existing folder was refused above unless --overwrite; it is replaced only once complete
+    if args.layout == "mds":
+        return _prepare_mds(args, specs, loaded, tokenizer, out, digest, inputs, local)
     with atomic_output_dir(out, overwrite=args.overwrite, inputs=local) as partial:
         tokenizer.save_pretrained(partial / "tokenizer")
         writer = WindowWriter(partial / TOKENS, args.seq_len, dtype)
@@ -286,6 +295,36 @@ def prepare(args: PrepareArguments) -> Path:
             seed=args.seed,
         )
     logger.info(f"prepare_data: wrote {writer.windows} windows of {args.seq_len} tokens to {out}")
+    return out
+
+
+def _prepare_mds(args, specs, loaded, tokenizer, out: Path, digest: str, inputs: dict, local: list) -> Path:
+    """layout mds: each source's documents (tokenised as for the other layouts: no BOS, EOS appended) in their
+    order, packed into rows of seq_len tokens with their spans and written by streaming's MDSWriter to
+    <output_dir>/<name>/ (data/mds.py), the tokenizer beside them; a pretraining run mixes the folders by the
+    proportions it names (mds_streams), as the authors' runs mix theirs."""
+    eos_id = tokenizer.eos_token_id
+    tokenize = make_tokenize_fn(tokenizer, eos_id, np.int64)
+    with atomic_output_dir(out, overwrite=args.overwrite, inputs=local) as partial:
+        tokenizer.save_pretrained(partial / "tokenizer")
+        rows = {}
+        for spec, ds in zip(specs, loaded):
+            tok = ds.with_format("arrow").map(
+                tokenize, batched=True, batch_size=args.batch_size, remove_columns=["text"],
+                desc=f"tokenizing {spec.name}",
+            )  # fmt: skip
+            batches = tok.with_format(None).iter(batch_size=args.batch_size)
+            docs = (ids for batch in batches for ids in batch["input_ids"])
+            try:
+                rows[spec.name] = mds.write_mds(partial / spec.name, mds.pack_rows(docs, args.seq_len),
+                                                partial / "tokenizer")  # fmt: skip
+            except RecipeError as err:
+                raise RecipeError(f"source '{spec.name}': {err}") from None
+        write_manifest(
+            partial, STAGE, fingerprint=digest, inputs=inputs, layout="mds", seq_len=args.seq_len, mds_rows=rows,
+            eos_token_id=eos_id, bos_added=False, vocab_size=len(tokenizer), seed=args.seed,
+        )  # fmt: skip
+    logger.info(f"prepare_data: wrote MDS folders {rows} (rows of {args.seq_len} tokens) to {out}")
     return out
 
 

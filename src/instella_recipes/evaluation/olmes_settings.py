@@ -16,7 +16,7 @@ from pathlib import Path
 import lm_eval
 from lm_eval.tasks import TaskManager
 
-from instella_recipes.evaluation.olmes import bbh_shot_target
+from instella_recipes.evaluation.olmes import PRIMARY_SCORE, bbh_shot_target
 
 UPSTREAM = Path(lm_eval.__file__).resolve().parent / "tasks"
 MEAN = {"aggregation": "mean", "higher_is_better": True}
@@ -334,7 +334,7 @@ def task_config(s: Setting) -> dict:
         cfg["fewshot_config"] = dict(s.fewshot)
     if s.generation_kwargs:
         cfg["generation_kwargs"] = dict(s.generation_kwargs)
-    cfg["metric_list"] = [{"metric": m, **MEAN} for m in (s.metric, *s.metrics)]
+    cfg["metric_list"] = [{"metric": m, **MEAN} for m in (s.metric, *s.metrics, PRIMARY_SCORE)]
     olmes = {"alias": s.alias, "kind": s.kind, "primary_metric": s.metric, "limit": s.limit, "seed": s.seed}
     for key in ("description", "final_description", "unconditioned_prompt", "chat"):
         if getattr(s, key):
@@ -351,22 +351,25 @@ def _ifeval_config(s: Setting) -> dict:
         return FunctionRef("lm_eval.tasks.ifeval.utils." + str(value).rsplit(".", 1)[-1])
 
     cfg = {k: v for k, v in upstream.items() if k not in ("task", "metadata", "generation_kwargs")}
-    cfg["process_results"] = ref(upstream["process_results"])
+    cfg["process_results"] = FunctionRef("olmes.ifeval_results")  # lm-eval's, plus primary_score (olmes.py)
     for metric in cfg["metric_list"]:
         if not isinstance(metric["aggregation"], str) or "/" in metric["aggregation"]:
             metric["aggregation"] = ref(metric["aggregation"])
+    cfg["metric_list"].append({"metric": PRIMARY_SCORE, **MEAN})
     olmes = {"alias": s.alias, "kind": s.kind, "primary_metric": s.metric, "chat": s.chat}
     return {"task": s.name, **cfg, "generation_kwargs": dict(s.generation_kwargs),
             "metadata": {"version": 1.0, "olmes": olmes}}  # fmt: skip
 
 
 def group_config(g: Group) -> dict:
-    """An lm-eval group averaging its members' OLMES metric: macro (each member equal) or micro (each doc equal)."""
+    """An lm-eval group averaging its members' OLMES metric: macro (each member equal) or micro (each doc equal); the
+    same average of `primary_score`, the name every suite member reports its primary metric under."""
     return {
         "group": g.name,
         "task": [m.name for m in g.members],
         "aggregate_metric_list": [
-            {"metric": g.metric, "aggregation": "mean", "weight_by_size": g.average == "micro", "filter_list": "none"}
+            {"metric": metric, "aggregation": "mean", "weight_by_size": g.average == "micro", "filter_list": "none"}
+            for metric in (g.metric, PRIMARY_SCORE)
         ],
         "metadata": {"version": 1.0, "olmes": {"alias": g.alias, "average": g.average}},
     }

@@ -36,7 +36,7 @@ from instella_recipes.core import (
     parse_recipe,
     setup_logging,
 )
-from instella_recipes.core.paths import REPO_ROOT, TASKS_DIR
+from instella_recipes.core.paths import PUBLISHED_DIR, REPO_ROOT, TASKS_DIR
 from instella_recipes.weights import check_model_folder
 
 logger = get_logger(__name__)
@@ -323,6 +323,22 @@ def check_backend(args) -> None:
             )
 
 
+def suite_score_hints(tasks: list[str], output_path: str | None) -> list[str]:
+    """For each published suite among `tasks` (or its offline twin): the command that prints its suite score, the
+    published tables' Avg. lm-eval cannot compute it (a group averages its leaf tasks, not its columns:
+    `evaluation/tasks.py` SUITE_SCORE_RULE) and `lm_eval` runs in this process's place, so we name the report."""
+    hints = []
+    for task in tasks:
+        suite = task.removesuffix("_offline")
+        if (PUBLISHED_DIR / f"{suite}.yaml").is_file():
+            results = output_path or "<the --output_path folder: lm-eval writes no result file without one>"
+            hints.append(
+                f"suite score of {task} (the published Avg: mean of its columns) after the run: "
+                f"python scripts/eval_report.py --suite {suite} --results {results} --output_dir <folder>"
+            )
+    return hints
+
+
 @exit_on_recipe_error
 def main(argv: list[str] | None = None) -> int:
     """`scripts/evaluate.py`: the checks, then `lm_eval` in this process's place (unless --check_only)."""
@@ -337,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check_only:
         return 0
     cmd = lm_eval_command(args, extra)
+    for hint in suite_score_hints(args.task_list, args.output_path):
+        logger.info(hint)
     logger.info(f"running: {shlex.join(cmd)}")
     env = vllm_environment(vllm_python()) if args.backend == "vllm" else dict(os.environ)
     os.execve(cmd[0], cmd, env)  # the real CLI, in this process's place

@@ -27,8 +27,9 @@ import lm_eval
 import yaml
 
 from instella_recipes.core import exit_on_recipe_error, get_logger, parse_recipe, setup_logging
-from instella_recipes.core.paths import EVAL_DIR, TASKS_DIR
+from instella_recipes.core.paths import EVAL_DIR, PUBLISHED_DIR, TASKS_DIR
 from instella_recipes.data.tiny_world import TinyWorld
+from instella_recipes.evaluation import olmes as olmes_task_code
 from instella_recipes.evaluation import olmes_settings as olmes
 from instella_recipes.evaluation.olmes_settings import FunctionRef, upstream_task_config
 
@@ -267,8 +268,53 @@ def suite_config(suite: str, offline: bool) -> dict:
     for m in SUITES[suite]:
         ref = {"task": m.offline_task} if offline else {"group" if m.is_group else "task": m.name}
         members.append(ref if m.setting else {**ref, "num_fewshot": m.num_fewshot})
-    name = f"{suite}_offline" if offline else suite
-    return {"group": name, "task": members, "metadata": {"version": 1.0}}
+    cfg = {"group": f"{suite}_offline" if offline else suite, "task": members}
+    if offline:  # every member a single task: lm-eval's unweighted mean over them is the suite score
+        cfg["aggregate_metric_list"] = [
+            {"metric": suite_metric(suite), "aggregation": "mean", "weight_by_size": False, "filter_list": "none"}
+        ]
+    cfg["metadata"] = {"version": 1.0, "suite_score": suite_score_rule(suite, offline)}
+    return cfg
+
+
+def suite_metric(suite: str) -> str:
+    """The metric every member of the suite reports: their common one (amd_llama_135m: `acc`), else `primary_score`
+    (each OLMES task's primary metric under one name: eval/tasks/olmes/olmes.py)."""
+    names = {m.metric.split(",")[0] for m in SUITES[suite]}
+    return names.pop() if len(names) == 1 else olmes_task_code.PRIMARY_SCORE
+
+
+# Why a suite group has no `aggregate_metric_list`: lm-eval 0.4.13's `Group.aggregate` (lm_eval/api/group.py) averages
+# a group's metric over its LEAF tasks (`get_all_tasks()`, recursive), never over its sub-groups' aggregates, and
+# weights each leaf equally or by its doc count. The published Avg is the mean of the columns, three of which
+# (MMLU, BBH, MATH) are themselves averages over 57, 27 and 7 leaf tasks: no leaf weighting lm-eval offers gives it
+# (the leaf mean would count MMLU 57 times). So each column is lm-eval's (a task's metric, or a sub-suite group's
+# aggregate) and the suite score is their mean, written down here for any reader of the YAML and computed by the
+# report (`report.build_rows`). The offline twins' members are single tasks (a sub-suite's stand-in subtask), so
+# there lm-eval's unweighted group mean of `primary_score` is the rule, and their group YAMLs carry it.
+SUITE_SCORE_RULE = (
+    "unweighted mean over the columns of each column's score (a member task's primary metric, or a sub-suite group's "
+    "aggregate), as the published table's Avg; computed by scripts/eval_report.py (lm-eval's group aggregation "
+    "averages leaf tasks, not sub-groups)"
+)
+OFFLINE_SUITE_SCORE_RULE = (
+    "unweighted mean over the columns of each column's score, as the published table's Avg; every member here is a "
+    "single task, so this group's aggregate (aggregate_metric_list) is it"
+)
+
+
+def suite_score_rule(suite: str, offline: bool) -> dict:
+    """The suite score's rule and its columns (published label -> `<task or group> <metric key>`), recorded in the
+    suite's group YAML. A judged column (no lm-eval task) is named as such."""
+    published = yaml.safe_load((PUBLISHED_DIR / f"{suite}.yaml").read_text())
+    columns = {}
+    for label, member in published["columns"].items():
+        if member is None:
+            columns[label] = "judge score, not an lm-eval task (scripts/eval_report.py --judge)"
+            continue
+        m = next(m for m in SUITES[suite] if m.name == member)
+        columns[label] = f"{m.offline_task if offline else m.name} {m.metric}"
+    return {"rule": OFFLINE_SUITE_SCORE_RULE if offline else SUITE_SCORE_RULE, "columns": columns}
 
 
 def tiny_world_suite() -> dict:

@@ -24,7 +24,9 @@ template are dropped and counted (VERL's `filter_overlong_prompts`).
 import importlib
 import inspect
 import json
+import os
 import re
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -57,6 +59,7 @@ from .run import (
     load_tokenizer_with_template,
     read_manifest_safe,
 )
+from .vllm_colocate import ReloadingVLLMGeneration, restore_module_calls, vllm_newer_than_trl_tested
 
 logger = get_logger(__name__)
 
@@ -173,7 +176,9 @@ def clamped_k3(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor,
 
 
 class InstellaGRPOTrainer(GRPOTrainer):
-    """GRPOTrainer with VERL's advantage epsilon and clamped KL (module docstring); everything else is TRL's."""
+    """GRPOTrainer with VERL's advantage epsilon and clamped KL (module docstring) and, with a vLLM newer than TRL's
+    tested range in colocate mode, weight syncs through vLLM's reload (`ReloadingVLLMGeneration`); everything else
+    is TRL's."""
 
     def __init__(self, *args, advantage_epsilon: float | None = 1e-6, kl_clamp: float | None = 10.0, **kwargs):
         self.advantage_epsilon = advantage_epsilon
@@ -181,6 +186,11 @@ class InstellaGRPOTrainer(GRPOTrainer):
         self._rewards_per_func = None
         self._policy_logps = None
         super().__init__(*args, **kwargs)
+        if self.use_vllm and self.vllm_mode == "colocate" and vllm_newer_than_trl_tested():
+            # TRL builds its VLLMGeneration inside __init__ with no factory to override: the instance takes our
+            # subclass, which adds no state and replaces only sync_weights
+            self.vllm_generation.__class__ = ReloadingVLLMGeneration
+            restore_module_calls(self.model, self.ref_model)
 
     # private: the only place TRL's rewards are seen before it turns them into advantages [test_private_apis]
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -481,6 +491,22 @@ def server_failure(err: Exception, args: CheckedGRPOConfig) -> str | None:
     )
 
 
+def engine_failure(err: Exception, args: CheckedGRPOConfig) -> str | None:
+    """The colocated vLLM engine raising mid-run (the innermost frame of the error, or of its cause, lies in vLLM's
+    package), as one line (None for any other error)."""
+    if not args.use_vllm or args.vllm_mode != "colocate":
+        return None
+    for error in (err, err.__cause__, err.__context__):
+        frames = traceback.extract_tb(error.__traceback__) if error is not None else []
+        if frames and f"{os.sep}vllm{os.sep}" in frames[-1].filename:
+            what = (str(error).strip().splitlines() or [""])[0][:300]
+            return (
+                f"the colocated vLLM engine failed during training ({type(error).__name__}: {what}); nothing was "
+                f"saved as complete: fix the cause and rerun, training resumes from the last checkpoint"
+            )
+    return None
+
+
 @exit_on_recipe_error
 def main(argv: list[str] | None = None) -> int:
     """`scripts/grpo.py`: parse the recipe and the command line, then one whole GRPO run (exit code 0)."""
@@ -489,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_stage(GRPOStage(args, model_args, argv))
     except Exception as err:
-        message = server_failure(err, args)
+        message = server_failure(err, args) or engine_failure(err, args)
         if message is None:
             raise
         raise RecipeError(message) from err

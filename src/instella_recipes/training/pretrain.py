@@ -1,7 +1,8 @@
 """Pretraining with the transformers Trainer: everything `scripts/pretrain.py` runs.
 
-The data is either a prepare_data folder of packed windows (`data_dir`, the Trainer's seeded shuffle) or OLMo token
-files (`data_paths`, read in the authors' order on every rank: `data/token_files.py`).
+The data is a prepare_data folder of packed windows (`data_dir`, the Trainer's seeded shuffle), OLMo token files
+(`data_paths`, read in the authors' order on every rank: `data/token_files.py`), or MDS folders with their mixture
+proportions (`mds_streams`, read by mosaicml-streaming as the authors' Instella-Long runs: `data/mds.py`).
 
 The model comes from `model_name_or_path` (continue from a checkpoint with a new schedule: stage 2)
 or from `model_config` (from scratch). Every input check runs before the first step; see docs/pretraining.md.
@@ -33,6 +34,7 @@ from instella_recipes.core import (
 )
 from instella_recipes.core.checks import check_model_config
 from instella_recipes.core.variables import fill_placeholders
+from instella_recipes.data import mds
 from instella_recipes.data.integrity import require_verified
 from instella_recipes.data.packing import PackedWindows
 from instella_recipes.data.token_files import (
@@ -76,9 +78,20 @@ class PretrainArguments(StageSettings, SequenceParallelArguments, TrainingArgume
             "help": "Instead of data_dir: OLMo token files (flat uint16), or one .txt with a path a line.",
         },
     )
+    mds_streams: list[str] | None = field(
+        default=None,
+        metadata={
+            "role": DATA,
+            "help": "Instead of data_dir: MDS folders as folder@proportion (the authors' Instella-Long data.paths), "
+            "read with mosaicml-streaming; needs seq_len and max_steps.",
+        },
+    )
     data_root: str | None = field(
         default=None,
-        metadata={"role": DATA, "help": "Folder that relative data_paths entries are joined to (default: cwd)."},
+        metadata={
+            "role": DATA,
+            "help": "Folder that relative data_paths / mds_streams entries are joined to (default: cwd).",
+        },
     )
     seq_len: int | None = field(
         default=None, metadata={"role": RUN, "help": "data_paths: tokens per instance (Instella 4096)."}
@@ -236,14 +249,17 @@ def _load_tokenizer(path):
         raise RecipeError(f"tokenizer {path}: {err}") from None
 
 
-def _data_and_tokenizer(script: PretrainArguments):
-    if bool(script.data_dir) == bool(script.data_paths):
+def _data_and_tokenizer(script: PretrainArguments, rows_per_step: int):
+    given = [name for name in ("data_dir", "data_paths", "mds_streams") if getattr(script, name)]
+    if len(given) != 1:
         raise RecipeError(
-            "set data_dir (the output folder of scripts/prepare_data.py) or data_paths (OLMo token files), "
-            + ("not both" if script.data_dir else "one of them")
+            "set one of data_dir (the output folder of scripts/prepare_data.py), data_paths (OLMo token files) or "
+            f"mds_streams (MDS folders), not {' and '.join(given) if given else 'none'}"
         )
     if script.data_paths:
         return _token_files_and_tokenizer(script)
+    if script.mds_streams:
+        return _mds_and_tokenizer(script, rows_per_step)
     data_manifest = require_verified(script.data_dir, "data_dir")  # checksums through the cache (data/integrity.py)
     if data_manifest.get("stage") != "prepare_data":
         raise RecipeError(f"data_dir {script.data_dir} is a '{data_manifest.get('stage')}' output, not prepare_data")
@@ -286,6 +302,29 @@ def _token_files_and_tokenizer(script: PretrainArguments):
     return dataset, data_manifest, tokenizer
 
 
+def _mds_and_tokenizer(script: PretrainArguments, rows_per_step: int):
+    """MDS folders named by `mds_streams`, checked before any work (missing, not MDS, another tokenizer), read as
+    the authors do: `epoch_size` = the unique rows of `max_steps` steps (their global batch x steps / SP size)."""
+    if script.seq_len is None:
+        raise RecipeError("mds_streams needs seq_len: the tokens a row is cut at (the authors' max_sequence_length)")
+    if script.max_steps is None or script.max_steps <= 0:
+        raise RecipeError("mds_streams needs max_steps: the epoch is max_steps x the global batch rows (the authors')")
+    tok_path = script.tokenizer or script.model_name_or_path
+    if not tok_path:
+        raise RecipeError("mds_streams needs tokenizer: the tokenizer the MDS rows were written with")
+    mds.import_streaming()  # not installed: named here, before any work
+    digest = mds.tokenizer_digest(tok_path)
+    streams = mds.check_mds_streams(script.mds_streams, script.data_root, digest)
+    tokenizer = _load_tokenizer(tok_path)
+    indexes = [file_digest(folder / "index.json") for folder, _ in streams]
+    items = [[str(folder), p, digest] for (folder, p), digest in zip(streams, indexes)]
+    rows = mds.MDSRows(streams, script.seq_len, script.document_masking, script.seed,
+                       script.per_device_train_batch_size, rows_per_step * script.max_steps,
+                       script.sequence_parallel_size)  # fmt: skip
+    manifest = {"fingerprint": hashlib.sha256(json.dumps(items).encode()).hexdigest(), "instances": len(rows)}
+    return rows, manifest, tokenizer
+
+
 def _model_config(script: PretrainArguments):
     """The config to check the data against before any model is built (None: `build_model` reports the problem)."""
     if script.model_name_or_path:
@@ -325,7 +364,7 @@ def _check_rope_theta(args: PretrainArguments, config) -> None:
 def _check_fits(config, dataset: PackedWindows | TokenFiles, tokenizer) -> None:
     max_pos = getattr(config, "max_position_embeddings", None)
     if max_pos is not None and dataset.seq_len > max_pos:
-        if isinstance(dataset, TokenFiles):
+        if isinstance(dataset, (TokenFiles, mds.MDSRows)):
             what, fix = f"seq_len {dataset.seq_len} is", f"set seq_len <= {max_pos}"
         else:
             what, fix = f"windows of {dataset.seq_len} tokens are", f"prepare the data with seq_len <= {max_pos}"
@@ -350,6 +389,12 @@ def _build_model_and_callbacks(script: PretrainArguments, dataset, tokenizer):
             f"the pre-shifted targets (shift_labels); use a causal LM with the standard loss or drop the option"
         )
     return model, load_plugins(script.plugins, model, script.plugin_args)
+
+
+def _collator(dataset):
+    if isinstance(dataset, mds.MDSRows):
+        return dataset.collator
+    return TokenFiles.collate if isinstance(dataset, TokenFiles) else default_data_collator
 
 
 def _olmo_sampler(dataset, train: TrainingArguments) -> OLMoOrderSampler | None:
@@ -441,8 +486,8 @@ class PretrainStage(Stage):
 
     def load_data(self) -> PretrainData:
         args = self.args
-        dataset, data_manifest, tokenizer = _data_and_tokenizer(args)
         global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * self.readers
+        dataset, data_manifest, tokenizer = _data_and_tokenizer(args, global_batch)
         check_training_length(args.max_steps, args.num_train_epochs, len(dataset), global_batch, "windows of data_dir")
         if args.global_batch_size is not None:
             check_global_batch(
@@ -475,8 +520,8 @@ class PretrainStage(Stage):
         trainer = PretrainTrainer(
             model=model,
             args=args,
-            train_dataset=dataset,
-            data_collator=TokenFiles.collate if isinstance(dataset, TokenFiles) else default_data_collator,
+            train_dataset=dataset.dataset if isinstance(dataset, mds.MDSRows) else dataset,
+            data_collator=_collator(dataset),
             processing_class=data.tokenizer,
             callbacks=[*callbacks, *self.plugin_callbacks],
             fsdp_reduce_dtype=args.fsdp_reduce_dtype,
@@ -516,6 +561,7 @@ class PretrainStage(Stage):
         return {
             "data_dir": str(args.data_dir) if args.data_dir else None,
             "data_paths": args.data_paths,
+            "mds_streams": args.mds_streams,
             "data_root": args.data_root,
             "data_fingerprint": data.manifest.get("fingerprint"),
             "skipped_steps": trainer.skipped_steps,

@@ -1,7 +1,7 @@
 """The GRPO stage: the published recipes hold the published numbers (INSTELLA_LONG_MATH.md 2.3, [BLOG-M] and
 run_grpo_multi_nodes.sh), the authors' prompt format and overlong-prompt filter, and one clear line for each kind of
 bad input (answer column missing, a reward function that raises, a rollout cap the model cannot hold, a vLLM server
-that stops answering)."""
+that stops answering, a colocated vLLM engine that raises)."""
 
 import copy
 import re
@@ -17,6 +17,7 @@ from instella_recipes.post_training.grpo import (
     RewardFunctionError,
     check_lengths,
     checked_reward,
+    engine_failure,
     final_answer_reward,
     load_reward_funcs,
     prepare_grpo_dataset,
@@ -163,6 +164,18 @@ def test_vllm_server_that_stops_answering_is_one_line(tmp_path):
     message = server_failure(requests.exceptions.ConnectionError("Connection refused"), args)
     assert message.startswith("the vLLM server at 0.0.0.0:8123 stopped answering") and "resumes" in message
     assert server_failure(ValueError("other"), args) is None
+
+
+def test_colocated_vllm_engine_that_raises_is_one_line(tmp_path):
+    args = grpo_args(tmp_path, use_vllm=True, vllm_mode="colocate")
+    in_vllm = compile("raise RuntimeError('EngineCore died\\nmore')", "/v/vllm/v1/engine/core.py", "exec")
+    with pytest.raises(RuntimeError) as raised:
+        exec(in_vllm)
+    message = engine_failure(raised.value, args)
+    assert message.startswith("the colocated vLLM engine failed during training (RuntimeError: EngineCore died)")
+    assert "resumes from the last checkpoint" in message and "more" not in message
+    assert engine_failure(ValueError("ours"), args) is None  # raised outside vLLM: the traceback stays
+    assert engine_failure(raised.value, grpo_args(tmp_path)) is None  # no vLLM in the run
 
 
 def test_objective_settings_that_cannot_combine_are_refused(tmp_path):

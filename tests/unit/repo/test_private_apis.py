@@ -230,6 +230,23 @@ def test_grpo_trainer_reward_advantage_and_loss_hooks():
     )
 
 
+def test_trl_vllm_generation_weight_walk():
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    users = "post_training/grpo.py ReloadingVLLMGeneration (colocated vLLM newer than TRL's tested range)"
+    sync = inspect.getsource(VLLMGeneration.sync_weights)
+    _check(
+        _params(VLLMGeneration._iter_named_params) == ["self"]
+        and "for name, param in self._iter_named_params():" in sync
+        and 'self.llm.wake_up(tags=["weights"])' in sync
+        and "self.llm.reset_prefix_cache()" in sync,
+        "trl",
+        "VLLMGeneration.sync_weights: wake the weights (sleep mode), push _iter_named_params() (name, tensor) pairs, "
+        "reset the prefix cache",
+        users,
+    )
+
+
 # --- transformers generation and models ----------------------------------------------------------------------------
 def test_assisted_generation_builds_its_generator_in_get_candidate_generator():
     from transformers.generation import AssistedCandidateGenerator, GenerationMixin

@@ -8,6 +8,7 @@ import yaml
 from trl import ModelConfig
 
 from instella_recipes.core import parse_recipe
+from instella_recipes.data import mds
 from instella_recipes.pipeline.graph import load_pipeline
 from instella_recipes.post_training import dpo
 from instella_recipes.training.pretrain import PretrainArguments
@@ -51,6 +52,30 @@ def test_phase2_is_256k_at_rope_3691950_sp4_for_2500_steps_of_32_rows_with_phase
     assert (args.learning_rate, args.warmup_steps) == (2e-5, 250)
     assert args.optimizer_state_from == "runs/instella-3b-long/phase1"  # moments kept; step and schedule reset
     assert args.seq_len % size == 0
+
+
+# The authors' data.paths (configs/instella-3b-long-pretrain-phase{1,2}.yaml L109-119, 560ebe7)
+AUTHORS_STREAMS = {
+    "pretrain_phase1.yaml": {
+        "code": 0.3, "books": 0.3, "textbooks": 0.03, "fineweb-edu": 0.1, "fineweb": 0.1, "wikipedia": 0.05,
+        "openwebmath": 0.05, "stackexchange": 0.04, "arxiv": 0.03,
+    },
+    "pretrain_phase2.yaml": {
+        "code-262144": 0.2, "code-65536": 0.1, "books-262144": 0.15, "books-65536": 0.15, "textbooks": 0.02,
+        "fineweb-edu": 0.1, "fineweb": 0.1, "wikipedia": 0.05, "openwebmath": 0.05, "stackexchange": 0.04,
+        "arxiv": 0.04,
+    },
+}  # fmt: skip
+
+
+def test_the_phases_read_the_authors_mds_folders_with_their_proportions():
+    for name, expected in AUTHORS_STREAMS.items():
+        args = _pretrain(name)
+        phase = "pretrain-phase-1" if "phase1" in name else "pretrain-phase-2"
+        streams = mds.parse_streams(args.mds_streams, args.data_root)
+        assert {folder.name: p for folder, p in streams} == expected
+        assert {folder.parent for folder, _ in streams} == {Path("data/raw/Instella-Long") / phase}
+        assert args.data_dir is None and abs(sum(expected.values()) - 1.0) < 1e-9
 
 
 def test_dpo_is_the_authors_open_instruct_run():

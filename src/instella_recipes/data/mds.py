@@ -1,0 +1,265 @@
+"""MDS shards through mosaicml-streaming: the layout of the authors' released Instella-Long data (`amd/Instella-Long`).
+
+The authors read folders of MDS shards with streaming's `StreamingDataset`, one `Stream(local=folder,
+proportion=p)` per `folder@p` entry of their config (instella-long `instella/data/__init__.py` L51-83), shuffled with
+their seed, `epoch_size = global batch x steps / SP size` rows and `replication = SP size` (the ranks of an SP group
+read the same rows). A row holds `input_ids` and optionally `indices` (the (start, end) document spans; without them
+the row is one document) and `label_mask` (`instella/data/streaming_dataset.py` L53-101). Their collator takes the
+spans up to `max_sequence_length` tokens (`MDSCollator`); the loss reads every token (targets cross document borders;
+`label_mask` drops targets). Documents restart their positions here (`position_ids`), which is how transformers'
+attention keeps them apart (the authors' `doc_lens` to flash-attention varlen).
+
+Our writer (`write_mds`) makes the same layout from text with streaming's `MDSWriter`, so tests and the demo read
+what the authors' loader reads. MDS records no tokenizer; our folders get one beside the shards
+(`TOKENIZER_RECORD`), and a run whose tokenizer differs stops before any work. The authors' folders carry none,
+which is said once in the log.
+
+Why the import guard (`import_streaming`): mosaicml-streaming (0.13.0, every release) declares numpy<2.2, so the
+Makefile installs it without its declared dependencies (its local-MDS imports are the extra `mds`). Its package
+`__init__` imports its vision datasets, which need a torchvision built for the installed torch; the CPU torch here
+has none that loads, so where torchvision is absent the module `streaming.vision` is registered empty before the
+import. Nothing here uses it; every MDS read and write is streaming's own code.
+"""
+
+import importlib.util
+import itertools
+import json
+import sys
+import types
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from instella_recipes.core import RecipeError, file_digest, get_logger
+
+logger = get_logger(__name__)
+
+# The columns the authors' collator reads (streaming_dataset.py L53-101), as uint32 arrays (ProLong's README shows
+# its MDS input_ids as uint32); the encodings of the released shards themselves were not read (no Hub here).
+COLUMNS = {"input_ids": "ndarray:uint32", "indices": "ndarray:uint32"}
+LABEL_MASK_COLUMN = {"label_mask": "ndarray:uint8"}
+# Ours, beside streaming's index.json (MDS has no field for it): the tokenizer the ids come from.
+TOKENIZER_RECORD = "instella_tokenizer.json"
+INSTALL_HINT = (
+    "install it as the Makefile does: pip install -c constraints.txt -e '.[mds]' && "
+    "pip install --no-deps -c constraints.txt mosaicml-streaming (its releases declare numpy<2.2; "
+    "docs/instella_long.md 'Data')"
+)
+
+
+def import_streaming():
+    """The `streaming` package, or a RecipeError naming how to install it (see the module docstring for the guard)."""
+    if importlib.util.find_spec("streaming") is None:
+        raise RecipeError(f"MDS data needs mosaicml-streaming, which is not installed: {INSTALL_HINT}")
+    if importlib.util.find_spec("torchvision") is None and "streaming" not in sys.modules:
+        sys.modules.setdefault("streaming.vision", types.ModuleType("streaming.vision"))
+    try:
+        import streaming
+    except ImportError as err:
+        raise RecipeError(f"mosaicml-streaming cannot be imported ({err}): {INSTALL_HINT}") from None
+    return streaming
+
+
+def parse_streams(entries: list[str], root: str | Path | None = None) -> list[tuple[Path, float | None]]:
+    """`folder@proportion` entries (the authors' `data.paths`) as (folder, proportion); a bare folder has None.
+    Relative folders are joined to `root` when given."""
+    out = []
+    for entry in entries:
+        folder, sep, weight = str(entry).partition("@")
+        proportion = None
+        if sep:
+            try:
+                proportion = float(weight)
+            except ValueError:
+                raise RecipeError(f"mds_streams entry {entry!r}: the proportion after '@' is not a number") from None
+            if proportion <= 0:
+                raise RecipeError(f"mds_streams entry {entry!r}: the proportion must be > 0")
+        path = Path(folder)
+        out.append((Path(root) / path if root and not path.is_absolute() else path, proportion))
+    if not out:
+        raise RecipeError("mds_streams is empty: name at least one MDS folder (folder@proportion)")
+    if len({p is None for _, p in out}) > 1:
+        raise RecipeError("mds_streams: give every folder a proportion (folder@p) or none of them")
+    return out
+
+
+def tokenizer_digest(tokenizer_path: str | Path) -> str | None:
+    """sha256 of the tokenizer.json a run uses (a file, or a folder holding one); None when there is none."""
+    path = Path(tokenizer_path)
+    json_path = path if path.is_file() else path / "tokenizer.json"
+    return file_digest(json_path) if json_path.is_file() else None
+
+
+def check_mds_folder(folder: Path, digest: str | None) -> dict:
+    """One MDS folder, checked before any work: it exists, its `index.json` is streaming's MDS index with an
+    `input_ids` column, and the tokenizer it records (ours) is the run's. Returns the index."""
+    index_path = folder / "index.json"
+    if not folder.is_dir():
+        raise RecipeError(f"mds_streams: {folder} is not a folder; download amd/Instella-Long or write one with "
+                          f"write_mds (docs/instella_long.md 'Data')")  # fmt: skip
+    if not index_path.is_file():
+        raise RecipeError(f"mds_streams: {folder} has no index.json, so it is not an MDS folder (or its download is "
+                          f"incomplete): fetch it again")  # fmt: skip
+    try:
+        index = json.loads(index_path.read_text())
+        shards = index["shards"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise RecipeError(f"mds_streams: {index_path} is not a streaming index ({err})") from None
+    for shard in shards:
+        if shard.get("format") != "mds" or "input_ids" not in shard.get("column_names", []):
+            raise RecipeError(
+                f"mds_streams: {index_path} lists a {shard.get('format')} shard with columns "
+                f"{shard.get('column_names')}; expected MDS rows with input_ids (the authors' layout)"
+            )
+    record = folder / TOKENIZER_RECORD
+    if record.is_file():
+        written = json.loads(record.read_text()).get("tokenizer_sha256")
+        if digest is not None and written != digest:
+            raise RecipeError(
+                f"mds_streams: {folder} was tokenised with another tokenizer (sha256 {str(written)[:12]}... in "
+                f"{TOKENIZER_RECORD}, the run's is {digest[:12]}...): set tokenizer to the one it was written with"
+            )
+    else:
+        logger.info(f"{folder}: no {TOKENIZER_RECORD} (the authors' MDS layout records no tokenizer); not checked")
+    return index
+
+
+def check_mds_streams(entries: list[str], root: str | Path | None, digest: str | None) -> list:
+    """Every folder of `entries` checked (`check_mds_folder`); returns the parsed (folder, proportion) list."""
+    streams = parse_streams(entries, root)
+    for folder, _ in streams:
+        check_mds_folder(folder, digest)
+    return streams
+
+
+def pack_rows(documents: Iterable[list[int]], seq_len: int) -> Iterator[dict]:
+    """Token documents packed into rows of exactly `seq_len` tokens with their (start, end) spans, a document cut at
+    a row border continuing in the next row (as prepare_data's windows); the last partial row is dropped. No span is
+    shorter than 2 tokens (the authors' collator leaves those out, which would shorten the row): a 1-token document,
+    or the 1-token rest of one at a row border, is not written."""
+    ids: list[int] = []
+    spans: list[tuple[int, int]] = []
+    for doc in documents:
+        doc = list(doc)
+        while len(doc) > 1:  # a 1-token document, or rest, is left out
+            take = min(len(doc), seq_len - len(ids))
+            if seq_len - len(ids) - take == 1:  # it would leave 1 token of room: its last token goes instead
+                if take == 2:
+                    break
+                take -= 1
+                doc = doc[:take]
+            spans.append((len(ids), len(ids) + take))
+            ids.extend(doc[:take])
+            doc = doc[take:]
+            if len(ids) == seq_len:
+                yield {"input_ids": np.asarray(ids, np.uint32), "indices": np.asarray(spans, np.uint32)}
+                ids, spans = [], []
+
+
+def write_mds(out: str | Path, rows: Iterable[dict], tokenizer_path: str | Path) -> int:
+    """Write rows (`input_ids`, `indices`, optionally `label_mask`) as an MDS folder with streaming's `MDSWriter`,
+    then the tokenizer record; returns the number of rows. The record is written last, so a folder without it was
+    not finished by us."""
+    streaming = import_streaming()
+    out = Path(out)
+    if (out / "index.json").exists():
+        raise RecipeError(f"{out} already holds an MDS index; choose a new folder")
+    rows = iter(rows)
+    first = next(rows, None)
+    if first is None:
+        raise RecipeError(f"no rows to write to {out}: the text is shorter than one row")
+    columns = {**COLUMNS, **(LABEL_MASK_COLUMN if "label_mask" in first else {})}
+    count = 0
+    with streaming.MDSWriter(out=str(out), columns=columns, compression=None) as writer:
+        for row in itertools.chain([first], rows):
+            writer.write({key: np.asarray(row[key], dtype=columns[key].split(":")[1]) for key in columns})
+            count += 1
+    record = {"tokenizer_sha256": tokenizer_digest(tokenizer_path), "rows": count, "columns": columns}
+    (out / TOKENIZER_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+    return count
+
+
+def streaming_dataset(streams: list, seed: int, batch_size: int, epoch_size: int, replication: int):
+    """streaming's `StreamingDataset` over the folders, as the authors build theirs (`build_streaming_dataset`):
+    local streams with their proportions, shuffled with the run's seed, `epoch_size` rows, every SP group's ranks
+    reading the same rows (`replication`)."""
+    streaming = import_streaming()
+    return streaming.StreamingDataset(
+        streams=[streaming.Stream(local=str(folder), proportion=p) for folder, p in streams],
+        shuffle=True,
+        shuffle_seed=seed,
+        batch_size=batch_size,
+        epoch_size=epoch_size,
+        replication=replication if replication > 1 else None,
+    )
+
+
+class MDSCollator:
+    """Rows from the authors' MDS layout as the Trainer's batch, as their `StreamingDataCollator` cuts them
+    (streaming_dataset.py L53-101): the spans of `indices` (the whole row without them) are taken in order, each cut
+    at what is left of `seq_len` (their `per_device_max_tokens`), a span of fewer than 2 tokens left out; `labels` =
+    the kept input_ids with `label_mask`-dropped targets at -100; with document masking `position_ids` restart at
+    each kept span (transformers' per-document attention, their `doc_lens`)."""
+
+    def __init__(self, seq_len: int, document_masking: bool):
+        self.seq_len = seq_len
+        self.document_masking = document_masking
+
+    def _spans(self, item: dict, n: int) -> list[tuple[int, int]]:
+        spans = item.get("indices")
+        spans = [(0, n)] if spans is None or len(spans) == 0 else np.asarray(spans).reshape(-1, 2).tolist()
+        kept, left = [], self.seq_len
+        for start, end in spans:
+            end = start + min(end - start, left)
+            if end - start > 1:
+                kept.append((int(start), int(end)))
+                left -= end - start
+            elif left <= 0:
+                break
+        return kept
+
+    def row(self, item: dict) -> dict:
+        all_ids = np.asarray(item["input_ids"], dtype=np.int64)
+        spans = self._spans(item, len(all_ids))
+        ids = torch.from_numpy(np.concatenate([all_ids[a:b] for a, b in spans]))
+        labels = ids.clone()
+        if item.get("label_mask") is not None:
+            mask = np.asarray(item["label_mask"], dtype=bool)
+            labels[~torch.from_numpy(np.concatenate([mask[a:b] for a, b in spans]))] = -100
+        out = {"input_ids": ids, "labels": labels}
+        if self.document_masking:
+            out["position_ids"] = torch.cat([torch.arange(b - a) for a, b in spans])
+        return out
+
+    def __call__(self, items: list[dict]) -> dict:
+        rows = [self.row(item) for item in items]
+        if len({len(r["input_ids"]) for r in rows}) > 1:
+            raise RecipeError(
+                "MDS rows of different lengths in one micro-batch: set per_device_train_batch_size 1 (the authors')"
+            )
+        return {key: torch.stack([r[key] for r in rows]) for key in rows[0]}
+
+
+class MDSRows:
+    """What pretraining reads from MDS folders: streaming's dataset (built on first use, after every check), its
+    collator, the row length (`seq_len`) and the rows of one epoch (`len`)."""
+
+    def __init__(self, streams: list, seq_len: int, document_masking: bool, seed: int, batch_size: int,
+                 epoch_size: int, replication: int):  # fmt: skip
+        self.streams, self.seq_len, self.seed = streams, seq_len, seed
+        self.batch_size, self.epoch_size, self.replication = batch_size, epoch_size, replication
+        self.collator = MDSCollator(seq_len, document_masking)
+        self._dataset = None
+
+    def __len__(self) -> int:
+        return self.epoch_size
+
+    @property
+    def dataset(self):
+        if self._dataset is None:
+            self._dataset = streaming_dataset(
+                self.streams, self.seed, self.batch_size, self.epoch_size, self.replication
+            )
+        return self._dataset
