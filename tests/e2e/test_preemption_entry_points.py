@@ -80,3 +80,13 @@ def test_sigterm_while_an_entry_point_imports_exits_zero_with_nothing_written(ti
         assert proc.returncode == 0, f"{name}: {err[-2000:]}"
         assert "pre-empted during start-up (before loading anything)" in err, f"{name}: {err[-2000:]}"
         assert not (tmp_path / name).exists()
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpo"])
+@pytest.mark.parametrize("phase", ["train", "end"])
+def test_sigterm_while_post_training_trains_or_saves_exits_zero_consistently(
+    stage, phase, tiny_model_dir, tmp_path, monkeypatch, caplog
+):
+    """The unit half's start-up phases, here for training (checkpoint, no manifest; the next run finishes it) and the
+    final save (manifest)."""
+    unit_half.sigterm_at(stage, phase, tiny_model_dir, tmp_path, monkeypatch, caplog)

@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from instella_recipes.data.prepare import main as prepare_main
+from tests.e2e.test_token_tasks import snapshot, two_source_argv
 from tests.unit.data.test_dolma_tokens import write_documents
-from tests.unit.data.test_token_tasks import snapshot, two_source_argv
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 

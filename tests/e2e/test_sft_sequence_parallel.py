@@ -1,6 +1,6 @@
 """scripts/sft.py with Ulysses sequence parallelism on 2 gloo processes against 1 process: padding-free packed rows
 (documents told apart by position_ids), the exact path, the same per-step losses; and the authors' all-token loss
-normaliser (`loss_normalizer: input_tokens`) on the same rows."""
+normaliser (`loss_reduction: input_tokens`: each device's tokens / SP size) on the same rows."""
 
 import json
 import os
@@ -26,7 +26,8 @@ def _argv(model_dir, out, **overrides) -> list[str]:
     values = {"config": unit_half.TINY_SFT, "model_name_or_path": model_dir, "output_dir": out, "max_steps": 3,
               "per_device_train_batch_size": 1, "gradient_accumulation_steps": 2, "global_batch_size": 2,
               "packing": "true", "pad_to_multiple_of": 2, "max_length": 128, "logging_steps": 1, "use_cpu": "true",
-              "loss_normalizer": "input_tokens", "report_to": "none"}  # fmt: skip
+              "loss_reduction": "input_tokens", "average_tokens_across_devices": "false",
+              "report_to": "none"}  # fmt: skip
     values.update(overrides)
     return [word for key, value in values.items() for word in (f"--{key}", str(value))]
 

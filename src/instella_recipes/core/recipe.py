@@ -71,12 +71,21 @@ def load_recipe_yaml(path: Path) -> tuple[dict, dict[str, int]]:
     return data, lines
 
 
-def check_recipe_keys(path: Path, data: dict, lines: dict[str, int], known: Iterable[str]) -> None:
-    """Raise a `RecipeError` naming `file:line` for the first key no dataclass declares."""
-    known = set(known) | {"env"}
+def check_recipe_keys(
+    path: Path, data: dict, lines: dict[str, int], known: Iterable[str], retired: dict[str, str] | None = None
+) -> None:
+    """Raise a `RecipeError` naming `file:line` for the first key no dataclass declares; for a `retired` one (a key a
+    stage used to take), what to write instead."""
+    known, retired = set(known) | {"env"}, retired or {}
     for key in data:
         if key not in known:
-            raise RecipeError(f"{path}:{lines.get(key, '?')}: unknown key '{key}' ({did_you_mean(key, known)})")
+            hint = retired.get(key) or did_you_mean(key, known)
+            raise RecipeError(f"{path}:{lines.get(key, '?')}: unknown key '{key}' ({hint})")
+
+
+def retired_keys(dataclass_types: Iterable[type]) -> dict[str, str]:
+    """The keys the dataclasses no longer take (their `retired_keys` attribute) -> what to write instead."""
+    return {key: hint for dc in dataclass_types for key, hint in getattr(dc, "retired_keys", {}).items()}
 
 
 def _option_names(parser) -> set[str]:
@@ -84,7 +93,7 @@ def _option_names(parser) -> set[str]:
     return {option for action in parser._actions for option in action.option_strings}
 
 
-def check_flags(parser, args: list[str]) -> None:
+def check_flags(parser, args: list[str], retired: dict[str, str] | None = None) -> None:
     """Every `--flag` on the command line is one the parser knows; otherwise the same hint as an unknown YAML key.
 
     argparse's own message ("unrecognized arguments") comes after parsing and names no alternative; prefix
@@ -97,7 +106,7 @@ def check_flags(parser, args: list[str]) -> None:
         if arg.startswith("--"):
             flag = arg.split("=", 1)[0]
             if flag not in known:
-                hint = did_you_mean(flag, known, "see --help for every field")
+                hint = (retired or {}).get(flag[2:]) or did_you_mean(flag, known, "see --help for every field")
                 raise RecipeError(f"command line: unknown flag '{flag}' ({hint})")
 
 
@@ -180,7 +189,8 @@ def parse_recipe(
     dataclass_types = list(dataclass_types)
     args = list(sys.argv[1:] if args is None else args)
     parser = make_parser(dataclass_types, config_help)
-    check_flags(parser, args)
+    retired = retired_keys(dataclass_types)
+    check_flags(parser, args, retired)
     path = config_path(args)
     if config_is_input and path is not None:
         index = args.index("--config")
@@ -188,7 +198,7 @@ def parse_recipe(
         path = None
     if path is not None:
         data, lines = load_recipe_yaml(path)
-        check_recipe_keys(path, data, lines, (f.name for dc in dataclass_types for f in fields(dc)))
+        check_recipe_keys(path, data, lines, (f.name for dc in dataclass_types for f in fields(dc)), retired)
     args = _merge_repeated_lists(parser, args)
     try:
         parsed = parser.parse_args_and_config(args)

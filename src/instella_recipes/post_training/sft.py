@@ -31,20 +31,18 @@ from instella_recipes.trainer.sequence_parallel import (
 from instella_recipes.trainer.settings import RUN
 from instella_recipes.trainer.stage import run_stage
 
-from .loss import LossReductionMixin, check_loss_reduction
+from .loss import LOSS_REDUCTION_HELP, RETIRED_KEYS, LossReductionMixin, check_loss_reduction
 from .run import CheckedModelConfig, PostTrainingSettings, PostTrainingStage, check_rope_theta
 from .tokenization import check_row_format, check_truncation_mode, prepare_sft_dataset
-
-# What the summed token cross-entropy is divided by: the label tokens (TRL's) or every input token, masked ones too
-# (the authors' Instella-Long SFT: `batch['input_ids'].numel() / seq_parallel_size`, instella/train.py L869-872).
-SFT_LOSS_NORMALIZERS = ("label_tokens", "input_tokens")
 
 
 @dataclass
 class CheckedSFTConfig(PostTrainingSettings, SequenceParallelArguments, SFTConfig):
     """SFT's settings: TRL's SFTConfig, its numeric fields range-checked at parse time (`core.checks`: without it SFT
     `max_length -1` silently drops every row's closing EOS label), with the post-training fields, the FSDP reduce
-    dtype, the row format and the loss reduction."""
+    dtype, the row format and the loss reduction (`loss.py`)."""
+
+    retired_keys = RETIRED_KEYS  # core.recipe: a recipe that still has one gets what to write instead
 
     fsdp_reduce_dtype: str | None = field(
         default="float32",
@@ -57,19 +55,7 @@ class CheckedSFTConfig(PostTrainingSettings, SequenceParallelArguments, SFTConfi
             "help": "instella (prepare_sft_data.py rows) | open_instruct (finetune.py encode_sft_example).",
         },
     )
-    loss_reduction: str = field(
-        default="mean",
-        metadata={"role": RUN, "help": "mean (label-token mean) | sum (open-instruct reduce_loss: sum)."},
-    )
-
-    loss_normalizer: str = field(
-        default="label_tokens",
-        metadata={
-            "role": RUN,
-            "help": "Summed token CE over label_tokens (TRL's) or input_tokens: every token, masked ones too (the "
-            "authors' Instella-Long SFT).",
-        },
-    )
+    loss_reduction: str = field(default="mean", metadata={"role": RUN, "help": LOSS_REDUCTION_HELP})
     rope_theta: float | None = field(
         default=None, metadata={"role": RUN, "help": "The RoPE base the input model must carry (long-context SFT)."}
     )
@@ -83,7 +69,6 @@ class CheckedSFTConfig(PostTrainingSettings, SequenceParallelArguments, SFTConfi
     )
 
     def __post_init__(self):
-        check_choice("loss_normalizer", self.loss_normalizer, SFT_LOSS_NORMALIZERS)
         if self.fsdp_reduce_dtype is not None:
             check_choice("fsdp_reduce_dtype", self.fsdp_reduce_dtype, ("float32", "bfloat16"))
         check_row_format(self.row_format)
@@ -156,7 +141,6 @@ class SFTStage(PostTrainingStage):
         return {
             "fsdp_reduce_dtype": self.args.fsdp_reduce_dtype,
             "sequence_parallel": self.sequence_parallel,
-            "count_input_tokens": self.args.loss_normalizer == "input_tokens",
             "optimizer_state_from": self.optimizer_state,
             "loss_reduction": self.args.loss_reduction,
         }

@@ -17,7 +17,7 @@ Two named modes (`sequence_parallel_mode`):
   does), so logits, loss and gradients equal one process's.
 
 The loss normaliser is the Trainer's `num_items_in_batch` divided by the SP size (the ranks of a group count the same
-row), which with `loss_normalizer: input_tokens` is the authors' `batch['input_ids'].numel() / seq_parallel_size`.
+row), which with SFT's `loss_reduction: input_tokens` is the authors' `batch['input_ids'].numel() / seq_parallel_size`.
 
 Why it is ours: accelerate's `ParallelismConfig(sp_size=...)` has one backend, DeepSpeed's ALST (`sp_backend` accepts
 "deepspeed" only: `UlyssesSPAttentionHF` + `UlyssesSPDataLoaderAdapter`, accelerate 1.15 `accelerator.py` L2395-2445),
@@ -308,12 +308,9 @@ def _prepare_data_parallel(accelerator, sp_size: int):
 class SequenceParallelMixin:
     """Trainer mixin: `sequence_parallel=SequenceParallel.create(...)` (None or size 1: off). Shards each batch in
     `compute_loss`, routes attention through `ulysses_attention`, reads one row per SP group, and counts the loss
-    normaliser once per group (`count_input_tokens`: over every input token, as the authors' long SFT)."""
+    normaliser once per group (whatever the stage counts: pretraining's input tokens, SFT's `loss_reduction`)."""
 
-    def __init__(
-        self, *args, sequence_parallel: SequenceParallel | None = None, count_input_tokens: bool = False, **kwargs
-    ):
-        self.count_input_tokens = count_input_tokens
+    def __init__(self, *args, sequence_parallel: SequenceParallel | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.sequence_parallel = sequence_parallel if sequence_parallel and sequence_parallel.size > 1 else None
         self.inner_attention = None
@@ -336,15 +333,9 @@ class SequenceParallelMixin:
 
     # private: the Trainer's one count of the loss normaliser over all processes [test_private_apis]
     def _get_num_items_in_batch(self, batch_samples, device):
-        """The Trainer sums the count over every process; an SP group's ranks counted the same row. With
-        `count_input_tokens` the count is every input token, masked ones too (the authors' Instella-Long SFT:
-        `batch['input_ids'].numel() / seq_parallel_size`, no `normalize_by_label_mask` on that branch)."""
-        if self.count_input_tokens and batch_samples and "input_ids" in batch_samples[0]:
-            count = torch.tensor(sum(b["input_ids"].numel() for b in batch_samples), device=device)
-            if self.args.average_tokens_across_devices and self.args.world_size > 1:
-                count = self.accelerator.gather(count).sum()
-        else:
-            count = super()._get_num_items_in_batch(batch_samples, device)
+        """The count of the classes below (transformers' label tokens, SFT's `loss_reduction`) / the SP size: every
+        rank of an SP group counted the same whole row, and the Trainer sums a count over processes."""
+        count = super()._get_num_items_in_batch(batch_samples, device)
         if self.sequence_parallel is None or count is None:
             return count
         return count / self.sequence_parallel.size

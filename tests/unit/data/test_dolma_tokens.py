@@ -19,8 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from instella_recipes.core import read_manifest, verify_files
-from instella_recipes.data import dolma_tokens
+from instella_recipes.core import read_manifest
 from instella_recipes.data.dolma_tokens import DolmaTokensArguments, group_paths, part_prefix
 from instella_recipes.data.prepare import main as prepare_main
 
@@ -121,34 +120,6 @@ def test_eos_strip_and_skipped_rows(tmp_path, olmo_tokenizer):
     manifest = read_manifest(out)
     assert manifest["skipped_rows"] == {"empty_text": 1, "invalid": 1}
     assert manifest["eos_token_id"] == 0 and manifest["dtype"] == "uint16" and manifest["bos_added"] is False
-
-
-def test_a_killed_run_resumes_at_the_next_group_and_writes_the_same_bytes(tmp_path, monkeypatch):
-    write_documents(tmp_path / "docs")
-    settings = ["--processes", "3", "--max_size", "6000", "--batch_size", "3"]
-    clean = token_files(prepare_olmo(tmp_path / "docs", tmp_path / "clean", *settings))
-    original = dolma_tokens.write_group
-
-    def dies_on_group_2(group, *args, **kwargs):
-        if group == 2:
-            raise KeyboardInterrupt
-        return original(group, *args, **kwargs)
-
-    monkeypatch.setattr(dolma_tokens, "write_group", dies_on_group_2)
-    with pytest.raises(KeyboardInterrupt):
-        prepare_olmo(tmp_path / "docs", tmp_path / "resumed", *settings)
-    partial = tmp_path / "resumed" / "sub.partial"
-    assert not (tmp_path / "resumed" / "sub").exists() and not (partial / "manifest.json").exists()
-    first = {p.name: p.stat().st_mtime_ns for p in partial.glob("part-0-*")}
-    assert first
-    monkeypatch.setattr(dolma_tokens, "write_group", original)
-    resumed = prepare_olmo(tmp_path / "docs", tmp_path / "resumed", *settings)
-    assert token_files(resumed) == clean
-    verify_files(resumed, read_manifest(resumed), hash_bytes=1 << 40)  # checksums of both runs' groups hold
-    assert {p.name: p.stat().st_mtime_ns for p in resumed.glob("part-0-*")} == first  # group 0 not rewritten
-    assert not list(resumed.glob(".*"))  # no progress records left behind
-    prepare_olmo(tmp_path / "docs", tmp_path / "resumed", *settings)  # up to date: reused, nothing rewritten
-    assert {p.name: p.stat().st_mtime_ns for p in resumed.glob("part-0-*")} == first
 
 
 @pytest.mark.parametrize(

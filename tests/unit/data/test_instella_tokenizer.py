@@ -12,15 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from transformers import AutoConfig, AutoTokenizer
+from transformers import AutoConfig
 
 from instella_recipes.core import parse_recipe
 from instella_recipes.data.prepare import PrepareArguments, prepare
 from instella_recipes.data.tokenizer import load_tokenizer
 from instella_recipes.pipeline.graph import load_pipeline, render_recipe
 from instella_recipes.training.pretrain import PretrainArguments
-from tests.helpers.pretrain_utils import TINY_MODEL
-from tests.helpers.token_file_utils import token_argv
 
 ROOT = Path(__file__).resolve().parents[3]
 INSTELLA = ROOT / "recipes" / "instella-3b"
@@ -131,27 +129,3 @@ def test_a_prepared_document_ends_in_eos_0(tmp_path, name):
     ends = [i for i, token in enumerate(tokens) if token == 0]
     documents = [tokens[start + 1 : end] for start, end in zip([-1, *ends[:-1]], ends)]
     assert sorted(documents) == sorted(encoded)  # each document, then 0; no BOS
-
-
-def test_pretraining_saves_the_authors_tokenizer_with_every_checkpoint(tmp_path):
-    from instella_recipes.training.pretrain import main
-
-    rng = np.random.default_rng(0)
-    files = tmp_path / "tokens"
-    files.mkdir()
-    rng.integers(2, 50280, 16 * 9).astype("<u2").tofile(files / "part-00-00000.npy")
-    out = tmp_path / "run"
-    model = json.dumps({**TINY_MODEL, "vocab_size": 50304})
-    # one epoch, as the authors' `max_duration: 1ep`: 9 instances of 16 tokens make 2 whole global batches of 4
-    argv = token_argv(files / "part-00-00000.npy", ROOT / TOKENIZER, out, model_config=model, max_steps=-1,
-                      num_train_epochs=1, save_steps=1, global_batch_size=4)  # fmt: skip
-    assert main(argv) == 0
-    assert json.loads((out / "manifest.json").read_text())["global_step"] == 2
-    text = "Instella <|endoftext|> |||EMAIL_ADDRESS||| x"
-    authors = load_tokenizer(ROOT / TOKENIZER)
-    for folder in (out, out / "checkpoint-1", out / "checkpoint-2"):
-        for tokenizer in (load_tokenizer(folder), AutoTokenizer.from_pretrained(folder)):  # post-training / release
-            _check_ids(tokenizer)
-            assert tokenizer(text)["input_ids"] == authors(text)["input_ids"]
-        config = json.loads((folder / "config.json").read_text())
-        assert (config["eos_token_id"], config["pad_token_id"]) == (0, 1)

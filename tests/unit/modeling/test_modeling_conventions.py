@@ -222,7 +222,7 @@ SHARED_FLAGS = [
     "_supports_flash_attn",  # GPU: test_sft_train.py::test_packed_and_padded_agree_with_flash_attention
     "_supports_sdpa",  # test_modeling_features.py, test_modeling_parity.py
     "_supports_flex_attn",  # test_flex_attention_matches_eager (GPU)
-    "_can_compile_fullgraph",  # test_modeling_features.py::test_training_forward_compiles_fullgraph
+    "_can_compile_fullgraph",  # test_modeling_compile.py::test_training_forward_compiles_fullgraph
     "_supports_attention_backend",  # test_registered_attention_function_is_used
 ]
 

@@ -296,24 +296,6 @@ def _start_runner(tmp_path: Path, name: str):
     return graph, runner, [int(x) for x in (tmp_path / name).read_text().split()]
 
 
-def test_a_second_run_on_a_locked_stage_folder_says_who_holds_it(tmp_path, capsys):
-    import os
-    import socket
-
-    graph, runner, pids = _start_runner(tmp_path, "pids")
-    try:
-        with pytest.raises(SystemExit, match="2"):
-            main(["--config", str(graph)])
-        err = capsys.readouterr().err
-        assert f"is being written by another run (pid {runner.pid} on host {socket.gethostname()}" in err
-        assert "slow.lock" in err
-    finally:
-        runner.terminate()
-        runner.communicate(timeout=60)
-    assert _wait_until(lambda: not any(_alive(pid) for pid in pids))
-    assert not os.path.exists(tmp_path / "run" / "slow.lock")  # the runner removes its lock when it stops
-
-
 def test_progress_line_keeps_the_start_of_a_log_line_and_the_end_of_a_bar():
     log = "[INFO|trainer.py:1618] 2026-11-24 15:59:11,382 >> ***** Running training *****"
     assert status_text(log) == "[INFO] ***** Running training *****"

@@ -3,6 +3,7 @@ of some recipe or pipeline stage, in one scheme: `runs/<run>/<stage>` with the s
 (`runs/demo/...` for the tiny model, which `make demo` makes; `runs/instella-3b/...` for the published run). So the
 documented commands, the pipeline and `make demo` read and write the same folders."""
 
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ def _recipe(path: Path) -> dict:
     return yaml.safe_load(path.read_text()) or {}
 
 
+@cache  # read once for the whole module: each recipe's case looks its inputs up in it
 def _outputs() -> dict[str, str]:
     """Every output folder -> what writes it (a recipe's output_dir, each seed formatted; each pipeline stage)."""
     out = {}

@@ -121,21 +121,19 @@ class _Grads(TrainerCallback):
         self.record["grads"] = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
 
 
-@pytest.mark.usefixtures("one_thread")
-def test_summed_loss_gives_open_instructs_gradient(tiny_model_dir, tmp_path):
-    """One update, 1 row per micro-batch x 2 accumulation steps: the gradient is the summed token CE of both rows
-    / 2 (open-instruct: `CrossEntropyLoss(reduction="sum")`, accelerate divides by the accumulation steps)."""
+def one_sft_update(model_dir, tmp_path, *flags: str) -> tuple[list[dict], dict]:
+    """One update through the SFT trainer, 1 row per micro-batch x 2 accumulation steps on two rows of unequal
+    length: (the rows as the loss saw them, the gradients the optimizer received)."""
     data = tmp_path / "chats.jsonl"
     answers = ["5.", "It is five, because two plus three makes five. " * 3]
     Dataset.from_list([_am_row(f"What is 2 + 3? ({i})", a) for i, a in enumerate(answers)]).to_json(data)
     argv = [
-        "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(tmp_path / "run"),
+        "--model_name_or_path", str(model_dir), "--output_dir", str(tmp_path / "run"),
         "--sources", f"{{path: {data}, converter: am_deepseek_r1_distilled}}", "--row_format", "open_instruct",
-        "--loss_reduction", "sum", "--average_tokens_across_devices", "false",
         "--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "2", "--max_steps", "1",
         "--learning_rate", "1e-3", "--max_grad_norm", "0", "--max_length", "128", "--use_cpu", "true",
         "--bf16", "false", "--report_to", "none", "--save_strategy", "no", "--seed", "0",
-        "--dataloader_num_workers", "0", "--disable_tqdm", "true", "--dtype", "float32",
+        "--dataloader_num_workers", "0", "--disable_tqdm", "true", "--dtype", "float32", *flags,
     ]  # fmt: skip
     parsed = parse_recipe([sft.CheckedSFTConfig, CheckedModelConfig], argv)
     record = {}
@@ -149,21 +147,38 @@ def test_summed_loss_gives_open_instructs_gradient(tiny_model_dir, tmp_path):
     trainer.training_step = recording_step
     trainer.train()
     assert len(rows) == 2
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    return rows, record["grads"]
+
+
+def assert_gradient_is(model_dir, rows: list[dict], grads: dict, divisor: float) -> None:
+    """`grads` equal the gradient of (the summed token CE of `rows`) / `divisor`, by hand."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     total = 0
     for row in rows:
         logits = model(input_ids=row["input_ids"]).logits[..., :-1, :]
-        total = total + F.cross_entropy(logits.flatten(0, 1), row["labels"][..., 1:].flatten(), reduction="sum") / 2
-    total.backward()
+        total = total + F.cross_entropy(logits.flatten(0, 1), row["labels"][..., 1:].flatten(), reduction="sum")
+    (total / divisor).backward()
     for name, param in model.named_parameters():
-        torch.testing.assert_close(record["grads"][name], param.grad, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(grads[name], param.grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_summed_loss_gives_open_instructs_gradient(tiny_model_dir, tmp_path):
+    """The gradient is the summed token CE of both rows / 2 (open-instruct: `CrossEntropyLoss(reduction="sum")`,
+    accelerate divides by the accumulation steps)."""
+    flags = ("--loss_reduction", "sum", "--average_tokens_across_devices", "false")
+    rows, grads = one_sft_update(tiny_model_dir, tmp_path, *flags)
+    assert_gradient_is(tiny_model_dir, rows, grads, divisor=2)
 
 
 def test_summed_loss_refuses_a_global_token_count_at_parse_time(tiny_model_dir, tmp_path):
     argv = ["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(tmp_path), "--sources", "x.jsonl",
             "--loss_reduction", "sum", "--average_tokens_across_devices", "true", "--use_cpu", "true",
             "--bf16", "false"]  # fmt: skip
-    with pytest.raises(RecipeError, match="average_tokens_across_devices: false"):
+    with pytest.raises(RecipeError, match="sum needs average_tokens_across_devices: false"):
+        parse_recipe([sft.CheckedSFTConfig, CheckedModelConfig], argv)
+    argv[7] = "input_tokens"  # the authors' Instella-Long count is per device too
+    with pytest.raises(RecipeError, match="input_tokens needs average_tokens_across_devices: false"):
         parse_recipe([sft.CheckedSFTConfig, CheckedModelConfig], argv)
     with pytest.raises(RecipeError, match="loss_reduction must be one of"):
         parse_recipe([sft.CheckedSFTConfig, CheckedModelConfig], [*argv[:6], "--loss_reduction", "max"])

@@ -13,6 +13,7 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -120,9 +121,10 @@ def _file_imports(path: Path) -> list[Import]:
     return sorted(found, key=lambda i: int(i.where.rsplit(":", 1)[1]))
 
 
-def project_imports() -> list[Import]:
+@cache  # one walk of the sources for every test of the module
+def project_imports() -> tuple[Import, ...]:
     """Every import of a project module in the library and the model package, with where it is and how."""
-    return [i for path in sorted([*LIBRARY.rglob("*.py"), *MODEL.rglob("*.py")]) for i in _file_imports(path)]
+    return tuple(i for path in sorted([*LIBRARY.rglob("*.py"), *MODEL.rglob("*.py")]) for i in _file_imports(path))
 
 
 def test_the_walk_sees_the_library():

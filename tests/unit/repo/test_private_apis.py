@@ -146,7 +146,7 @@ def test_trainer_num_items_in_batch_hook_and_sft_divisor():
     from transformers import Trainer
     from trl import SFTTrainer
 
-    users = "LossReductionMixin (post_training/loss.py), SFT-2's summed loss"
+    users = "LossReductionMixin (post_training/loss.py), SFT's loss_reduction: sum and input_tokens"
     _check(
         _params(Trainer._get_num_items_in_batch) == ["self", "batch_samples", "device"]
         and "self._get_num_items_in_batch(" in inspect.getsource(Trainer.get_batch_samples),

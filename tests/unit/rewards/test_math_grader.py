@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 
 from instella_recipes.rewards import math_grader, math_reward, reward
-from tests.helpers.prime_math_oracle import compute_score as oracle_compute_score
-from tests.helpers.prime_math_oracle import grader as oracle_grader
 
 GOLDS = json.loads((Path(__file__).resolve().parents[2] / "fixtures" / "instella_math_golds.json").read_text())
 
@@ -184,25 +182,6 @@ def test_there_are_at_least_200_cases_with_both_verdicts():
     assert len(CASES) >= 200
     verdicts = [math_reward(c, g) for c, g in CASES[:40]]
     assert 0.0 in verdicts and 1.0 in verdicts
-
-
-@pytest.fixture
-def oracle_without_wall_clock_alarms(monkeypatch):
-    """Their `math_equal` steps run under 1 s wall-clock alarms, which fire early on a loaded machine (the first
-    sympy LaTeX parse alone loads antlr): for comparing the rules, the oracle's alarms are lifted to 60 s."""
-    real = oracle_grader.time_limit
-    monkeypatch.setattr(oracle_grader, "time_limit", lambda seconds: real(60.0))
-
-
-@pytest.mark.usefixtures("oracle_without_wall_clock_alarms")
-def test_verdicts_equal_the_authors_grader():
-    disagreements = []
-    for completion, gold in CASES:
-        theirs = float(oracle_compute_score(completion, gold)[0])
-        ours = math_reward(completion, gold)
-        if ours != theirs:
-            disagreements.append((completion, gold, theirs, ours))
-    assert not disagreements, disagreements
 
 
 def test_trl_reward_signature_plain_and_conversational():

@@ -15,7 +15,7 @@ from instella_recipes.core import read_manifest
 from instella_recipes.data.tiny_world import TinyWorld
 from instella_recipes.post_training import sft
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 RECIPES = {"lora": ROOT / "recipes/instella-3b/finetune-lora-1gpu.yaml",
            "full": ROOT / "recipes/instella-3b/finetune-full-1gpu.yaml"}  # fmt: skip
 # What makes it small and CPU-only; nothing else is overridden.

@@ -13,7 +13,7 @@ from instella_recipes.core import parse_recipe, read_manifest
 from instella_recipes.post_training import dpo, sft
 from instella_recipes.post_training.run import INSTELLA_PROJECTIONS
 
-RECIPES = Path(__file__).resolve().parents[3] / "recipes" / "tiny"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "tiny"
 LORA = ["--use_peft", "true", "--lora_r", "8", "--lora_alpha", "16", "--lora_dropout", "0.0",
         "--lora_target_modules", *INSTELLA_PROJECTIONS]  # fmt: skip
 
