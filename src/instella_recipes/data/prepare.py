@@ -298,17 +298,37 @@ def prepare(args: PrepareArguments) -> Path:
     return out
 
 
+def mds_folder_names(specs) -> list[str]:
+    """Each source's MDS folder under output_dir: its `name` when that is one plain folder name, else the last part
+    of its path without the suffix (`runs/demo/data/long_corpus.jsonl` -> `long_corpus`), so a source given as a path
+    (the default name) never writes outside output_dir nor nests its folders. Two sources with one folder: an error
+    before any work, naming them and what to do."""
+    folders = []
+    for spec in specs:
+        name = spec.name or ""
+        plain = name and "/" not in name and "\\" not in name and name not in (".", "..")
+        folders.append(name if plain else Path(name.rstrip("/")).stem or name.strip("/").replace("/", "_"))
+    for folder in set(folders):
+        clash = [s.name for s, f in zip(specs, folders) if f == folder]
+        if len(clash) > 1:
+            raise RecipeError(
+                f"layout mds: sources {clash} would share the MDS folder '{folder}': give each a distinct 'name'"
+            )
+    return folders
+
+
 def _prepare_mds(args, specs, loaded, tokenizer, out: Path, digest: str, inputs: dict, local: list) -> Path:
     """layout mds: each source's documents (tokenised as for the other layouts: no BOS, EOS appended) in their
     order, packed into rows of seq_len tokens with their spans and written by streaming's MDSWriter to
     <output_dir>/<name>/ (data/mds.py), the tokenizer beside them; a pretraining run mixes the folders by the
     proportions it names (mds_streams), as the authors' runs mix theirs."""
+    folders = mds_folder_names(specs)
     eos_id = tokenizer.eos_token_id
     tokenize = make_tokenize_fn(tokenizer, eos_id, np.int64)
     with atomic_output_dir(out, overwrite=args.overwrite, inputs=local) as partial:
         tokenizer.save_pretrained(partial / "tokenizer")
         rows = {}
-        for spec, ds in zip(specs, loaded):
+        for spec, ds, folder in zip(specs, loaded, folders):
             tok = ds.with_format("arrow").map(
                 tokenize, batched=True, batch_size=args.batch_size, remove_columns=["text"],
                 desc=f"tokenizing {spec.name}",
@@ -316,8 +336,8 @@ def _prepare_mds(args, specs, loaded, tokenizer, out: Path, digest: str, inputs:
             batches = tok.with_format(None).iter(batch_size=args.batch_size)
             docs = (ids for batch in batches for ids in batch["input_ids"])
             try:
-                rows[spec.name] = mds.write_mds(partial / spec.name, mds.pack_rows(docs, args.seq_len),
-                                                partial / "tokenizer")  # fmt: skip
+                rows[folder] = mds.write_mds(partial / folder, mds.pack_rows(docs, args.seq_len),
+                                             partial / "tokenizer")  # fmt: skip
             except RecipeError as err:
                 raise RecipeError(f"source '{spec.name}': {err}") from None
         write_manifest(

@@ -142,3 +142,16 @@ def test_without_mosaicml_streaming_the_error_names_the_install(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "streaming" else real(name, *a))
     with pytest.raises(RecipeError, match="mosaicml-streaming, which is not installed: install it as the Makefile"):
         mds.import_streaming()
+
+
+def test_each_source_gets_one_plain_folder_under_output_dir():
+    """A source named by its path (the default) gets the file's stem, never a path that nests or leaves output_dir;
+    two sources on one folder are refused before any work."""
+    from instella_recipes.data.prepare import mds_folder_names
+    from instella_recipes.data.sources import SourceSpec
+
+    specs = [SourceSpec(path="runs/demo/data/long_corpus.jsonl", name="runs/demo/data/long_corpus.jsonl"),
+             SourceSpec(path="/abs/books.jsonl", name="/abs/books.jsonl"), SourceSpec(path="x.jsonl", name="wiki")]  # fmt: skip
+    assert mds_folder_names(specs) == ["long_corpus", "books", "wiki"]
+    with pytest.raises(RecipeError, match="would share the MDS folder 'books'.*distinct 'name'"):
+        mds_folder_names([SourceSpec(path="a/books.jsonl", name="a/books.jsonl"), SourceSpec(name="books")])
