@@ -150,8 +150,8 @@ def test_each_source_gets_one_plain_folder_under_output_dir():
     from instella_recipes.data.prepare import mds_folder_names
     from instella_recipes.data.sources import SourceSpec
 
-    specs = [SourceSpec(path="runs/demo/data/long_corpus.jsonl", name="runs/demo/data/long_corpus.jsonl"),
-             SourceSpec(path="/abs/books.jsonl", name="/abs/books.jsonl"), SourceSpec(path="x.jsonl", name="wiki")]  # fmt: skip
+    paths = ["runs/demo/data/long_corpus.jsonl", "/abs/books.jsonl"]
+    specs = [*(SourceSpec(path=p, name=p) for p in paths), SourceSpec(path="x.jsonl", name="wiki")]
     assert mds_folder_names(specs) == ["long_corpus", "books", "wiki"]
     with pytest.raises(RecipeError, match="would share the MDS folder 'books'.*distinct 'name'"):
         mds_folder_names([SourceSpec(path="a/books.jsonl", name="a/books.jsonl"), SourceSpec(name="books")])
