@@ -51,7 +51,8 @@ def _split(line: str) -> list[str]:
     """Shell words, with `<placeholder words>` as one word and `[optional parts]` unbracketed."""
     line = re.sub(r"<[^>]*>", "placeholder", line)
     try:
-        return [tok.strip("[]") for tok in shlex.split(line) if tok.strip("[]")]
+        # an empty word ('') is an argument (`--data_dir ''` unsets a recipe's value); a bare `[]` is not
+        return [tok.strip("[]") for tok in shlex.split(line) if tok == "" or tok.strip("[]")]
     except ValueError:  # unbalanced quotes: not a shell command
         return []
 
