@@ -21,6 +21,7 @@ has none that loads, so where torchvision is absent the module `streaming.vision
 import. Nothing here uses it; every MDS read and write is streaming's own code.
 """
 
+import contextlib
 import importlib.util
 import itertools
 import json
@@ -29,6 +30,7 @@ import types
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import datasets
 import numpy as np
 import torch
 
@@ -134,15 +136,17 @@ def check_mds_streams(entries: list[str], root: str | Path | None, digest: str |
     return streams
 
 
-def pack_rows(documents: Iterable[list[int]], seq_len: int) -> Iterator[dict]:
+def pack_rows(documents: Iterable, seq_len: int) -> Iterator[dict]:
     """Token documents packed into rows of exactly `seq_len` tokens with their (start, end) spans, a document cut at
     a row border continuing in the next row (as prepare_data's windows); the last partial row is dropped. No span is
     shorter than 2 tokens (the authors' collator leaves those out, which would shorten the row): a 1-token document,
-    or the 1-token rest of one at a row border, is not written."""
+    or the 1-token rest of one at a row border, is not written. A document given as `(ids, mask)` (SFT-style rows)
+    carries its per-token mask into the row's `label_mask`."""
     ids: list[int] = []
+    masks: list[int] = []
     spans: list[tuple[int, int]] = []
     for doc in documents:
-        doc = list(doc)
+        doc, mask = (list(doc[0]), list(doc[1])) if isinstance(doc, tuple) else (list(doc), None)
         while len(doc) > 1:  # a 1-token document, or rest, is left out
             take = min(len(doc), seq_len - len(ids))
             if seq_len - len(ids) - take == 1:  # it would leave 1 token of room: its last token goes instead
@@ -153,9 +157,15 @@ def pack_rows(documents: Iterable[list[int]], seq_len: int) -> Iterator[dict]:
             spans.append((len(ids), len(ids) + take))
             ids.extend(doc[:take])
             doc = doc[take:]
+            if mask is not None:
+                masks.extend(mask[:take])
+                mask = mask[take:]
             if len(ids) == seq_len:
-                yield {"input_ids": np.asarray(ids, np.uint32), "indices": np.asarray(spans, np.uint32)}
-                ids, spans = [], []
+                row = {"input_ids": np.asarray(ids, np.uint32), "indices": np.asarray(spans, np.uint32)}
+                if mask is not None:
+                    row["label_mask"] = np.asarray(masks, np.uint8)
+                yield row
+                ids, spans, masks = [], [], []
 
 
 def write_mds(out: str | Path, rows: Iterable[dict], tokenizer_path: str | Path) -> int:
@@ -181,10 +191,12 @@ def write_mds(out: str | Path, rows: Iterable[dict], tokenizer_path: str | Path)
     return count
 
 
-def streaming_dataset(streams: list, seed: int, batch_size: int, epoch_size: int, replication: int):
+def streaming_dataset(streams: list, seed: int, batch_size: int, epoch_size: int, replication: int,
+                      num_canonical_nodes: int | None = None):  # fmt: skip
     """streaming's `StreamingDataset` over the folders, as the authors build theirs (`build_streaming_dataset`):
     local streams with their proportions, shuffled with the run's seed, `epoch_size` rows, every SP group's ranks
-    reading the same rows (`replication`)."""
+    reading the same rows (`replication`). The shuffle also depends on `num_canonical_nodes`; None (the authors')
+    is streaming's default, the nodes of the launch over the replication."""
     streaming = import_streaming()
     return streaming.StreamingDataset(
         streams=[streaming.Stream(local=str(folder), proportion=p) for folder, p in streams],
@@ -193,6 +205,7 @@ def streaming_dataset(streams: list, seed: int, batch_size: int, epoch_size: int
         batch_size=batch_size,
         epoch_size=epoch_size,
         replication=replication if replication > 1 else None,
+        num_canonical_nodes=num_canonical_nodes,
     )
 
 
@@ -234,23 +247,31 @@ class MDSCollator:
         return out
 
     def __call__(self, items: list[dict]) -> dict:
-        rows = [self.row(item) for item in items]
-        if len({len(r["input_ids"]) for r in rows}) > 1:
-            raise RecipeError(
-                "MDS rows of different lengths in one micro-batch: set per_device_train_batch_size 1 (the authors')"
-            )
-        return {key: torch.stack([r[key] for r in rows]) for key in rows[0]}
+        return stack_rows([self.row(item) for item in items])
+
+
+def stack_rows(rows: list[dict]) -> dict:
+    """Collated rows (tensors, or the lists a `datasets` row holds) as one batch of int64 tensors; rows of one
+    length only (the authors' micro-batch is 1)."""
+    if len({len(r["input_ids"]) for r in rows}) > 1:
+        raise RecipeError(
+            "MDS rows of different lengths in one micro-batch: set per_device_train_batch_size 1 (the authors')"
+        )
+    return {key: torch.stack([torch.as_tensor(np.asarray(r[key]), dtype=torch.long) for r in rows]) for key in rows[0]}
 
 
 class MDSRows:
-    """What pretraining reads from MDS folders: streaming's dataset (built on first use, after every check), its
-    collator, the row length (`seq_len`) and the rows of one epoch (`len`)."""
+    """What a training stage reads from MDS folders: streaming's dataset (built on first use, after every check), its
+    collator, the row length (`seq_len`) and the rows of one epoch (`len`). Pretraining hands the Trainer `dataset`
+    and `collator`; SFT hands TRL `iterable_dataset()` (the collated rows) and `stack_rows`."""
 
     def __init__(self, streams: list, seq_len: int, document_masking: bool, seed: int, batch_size: int,
-                 epoch_size: int, replication: int):  # fmt: skip
+                 epoch_size: int, replication: int, num_canonical_nodes: int | None = None):  # fmt: skip
         self.streams, self.seq_len, self.seed = streams, seq_len, seed
         self.batch_size, self.epoch_size, self.replication = batch_size, epoch_size, replication
+        self.num_canonical_nodes = num_canonical_nodes
         self.collator = MDSCollator(seq_len, document_masking)
+        self.preview = False
         self._dataset = None
 
     def __len__(self) -> int:
@@ -260,6 +281,35 @@ class MDSRows:
     def dataset(self):
         if self._dataset is None:
             self._dataset = streaming_dataset(
-                self.streams, self.seed, self.batch_size, self.epoch_size, self.replication
+                self.streams, self.seed, self.batch_size, self.epoch_size, self.replication, self.num_canonical_nodes
             )
         return self._dataset
+
+    def iterable_dataset(self) -> datasets.IterableDataset:
+        """The collator's rows (`input_ids`, `labels`, `position_ids`: one document each span) in streaming's epoch
+        order, as the `datasets.IterableDataset` TRL's SFTTrainer takes (it refuses a torch dataset); its rows are
+        already tokenised, packed and labelled, so TRL's preparation is skipped (`skip_prepare_dataset`)."""
+        keys = ROW_KEYS if self.collator.document_masking else ROW_KEYS[:2]
+        features = datasets.Features({key: datasets.Sequence(datasets.Value("int64")) for key in keys})
+        return datasets.IterableDataset.from_generator(_collated_rows, features=features, gen_kwargs={"rows": self})
+
+    @contextlib.contextmanager
+    def previewing(self):
+        """While inside: a pass over `iterable_dataset()` reads the first row by streaming's random access only.
+        TRL's SFTTrainer reads one row when it is built; an iteration of streaming's dataset would start its epoch
+        0 (and count it), so training would then read epoch 1, another order than the authors'."""
+        self.preview = True
+        try:
+            yield self
+        finally:
+            self.preview = False
+
+
+ROW_KEYS = ("input_ids", "labels", "position_ids")
+
+
+def _collated_rows(rows: MDSRows) -> Iterator[dict]:
+    """The generator behind `MDSRows.iterable_dataset` (module level: `datasets` names the generator it runs)."""
+    items = [rows.dataset[0]] if rows.preview else rows.dataset
+    for item in items:
+        yield {key: value.numpy() for key, value in rows.collator.row(item).items()}

@@ -82,6 +82,12 @@ class PrepareArguments:
     sources: list[str] | None = field(
         default=None, metadata={"help": "Source mappings (see instella_recipes/data/sources)."}
     )
+    label_mask_after: str | None = field(
+        default=None,
+        metadata={"help": "layout mds: SFT-style rows with a label_mask column: a document's tokens after the first "
+                  "occurrence of this text (its answer and EOS) are targets, the rest not (a document without it "
+                  "has none); SFT's mds_streams trains on the targets only."},
+    )  # fmt: skip
     tokenizer: str | None = field(default=None, metadata={"help": "tokenizer.json, folder or Hub id."})
     train_tokenizer_vocab_size: int | None = field(
         default=None, metadata={"help": "No tokenizer given: train a byte-level BPE of this size on the sources."}
@@ -142,6 +148,8 @@ class PrepareArguments:
         check_choice("layout", self.layout, ("packed", "olmo", "mds"))
         if self.layout == "mds" and self.streaming:
             raise RecipeError("layout mds reads its sources in memory: drop streaming (it is for layout packed)")
+        if self.label_mask_after is not None and (self.layout != "mds" or not self.label_mask_after):
+            raise RecipeError("label_mask_after: a non-empty text, for layout mds only (SFT-style rows, label_mask)")
         if self.batch_size is None:
             self.batch_size = DOLMA_BATCH_SIZE if self.layout == "olmo" else 1000
         check_positive(self, "batch_size", "shuffle_buffer", "max_size", "processes", "ring_size")
@@ -188,6 +196,7 @@ def input_fingerprint(args: PrepareArguments, specs: list[SourceSpec]) -> tuple[
         "streaming": args.streaming,
         "max_tokens": args.max_tokens,
         "shuffle_buffer": args.shuffle_buffer if args.streaming else None,
+        **({"label_mask_after": args.label_mask_after} if args.label_mask_after is not None else {}),
     }
     blob = json.dumps(inputs, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest(), inputs
@@ -329,12 +338,15 @@ def _prepare_mds(args, specs, loaded, tokenizer, out: Path, digest: str, inputs:
         tokenizer.save_pretrained(partial / "tokenizer")
         rows = {}
         for spec, ds, folder in zip(specs, loaded, folders):
-            tok = ds.with_format("arrow").map(
-                tokenize, batched=True, batch_size=args.batch_size, remove_columns=["text"],
-                desc=f"tokenizing {spec.name}",
-            )  # fmt: skip
-            batches = tok.with_format(None).iter(batch_size=args.batch_size)
-            docs = (ids for batch in batches for ids in batch["input_ids"])
+            if args.label_mask_after is not None:
+                docs = _masked_documents(ds, tokenizer, args.label_mask_after, args.batch_size)
+            else:
+                tok = ds.with_format("arrow").map(
+                    tokenize, batched=True, batch_size=args.batch_size, remove_columns=["text"],
+                    desc=f"tokenizing {spec.name}",
+                )  # fmt: skip
+                batches = tok.with_format(None).iter(batch_size=args.batch_size)
+                docs = (ids for batch in batches for ids in batch["input_ids"])
             try:
                 rows[folder] = mds.write_mds(partial / folder, mds.pack_rows(docs, args.seq_len),
                                              partial / "tokenizer")  # fmt: skip
@@ -346,6 +358,19 @@ def _prepare_mds(args, specs, loaded, tokenizer, out: Path, digest: str, inputs:
         )  # fmt: skip
     logger.info(f"prepare_data: wrote MDS folders {rows} (rows of {args.seq_len} tokens) to {out}")
     return out
+
+
+def _masked_documents(ds, tokenizer, marker: str, batch_size: int):
+    """`(ids, mask)` per document, tokenised as the other layouts (no BOS, EOS appended), the mask 1 on the tokens
+    that start after the first `marker` (and on the EOS), 0 before; a document without the marker is all 0. One
+    encode of the whole text: the token offsets say where the marker ends."""
+    backend = tokenizer.backend_tokenizer if hasattr(tokenizer, "backend_tokenizer") else tokenizer
+    for batch in ds.iter(batch_size=batch_size):
+        for text, enc in zip(batch["text"], backend.encode_batch(batch["text"], add_special_tokens=False)):
+            at = text.find(marker)
+            start = at + len(marker) if at >= 0 else None
+            mask = [int(start is not None and begin >= start) for begin, _ in enc.offsets]
+            yield [*enc.ids, tokenizer.eos_token_id], [*mask, int(start is not None)]
 
 
 def _in_memory(args, specs, loaded, tokenize, writer, num_proc) -> dict:

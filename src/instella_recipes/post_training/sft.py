@@ -5,7 +5,11 @@ The recipe parses into `CheckedSFTConfig` (TRL's SFTConfig, range-checked, with 
 (TRL's ModelConfig: input model, LoRA); `SFTStage` is the stage in the training lifecycle (`trainer/stage.py`). The
 data mixture is converted to `messages`, checked and tokenized (`tokenization.prepare_sft_dataset`) with the Instella
 chat template and assistant-only labels (assistant content + its EOS), then handed to SFTTrainer pre-tokenized; TRL
-pads (one example per row, `pad_to_multiple_of: max_length` as published) or packs padding-free (`packing: true`). The
+pads (one example per row, `pad_to_multiple_of: max_length` as published) or packs padding-free (`packing: true`).
+Instead of `sources`, `mds_streams` reads the authors' packed MDS rows (Instella-Long SFT: `sft/` of
+amd/Instella-Long) with mosaicml-streaming as pretraining does (`trainer/mds_streams.py`, `data/mds.py`): each row as
+their collator cuts it at `max_length`, `position_ids` restarting per document span, labels = the input ids with
+`label_mask` applied where the row has one, handed to SFTTrainer already tokenised (`skip_prepare_dataset`). The
 OLMo schedule and all-parameter weight decay come from `InstellaOptimMixin`. The output folder gets the model, the
 tokenizer with the chat template, trainer_state.json, data_report.json and manifest.json (last); what DPO shares is in
 `run.py`.
@@ -19,6 +23,8 @@ from trl import SFTConfig, SFTTrainer
 
 from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.core.checks import check_choice
+from instella_recipes.data import mds
+from instella_recipes.trainer.mds_streams import MDSStreamsArguments, StreamingRowsMixin, mds_rows_for
 from instella_recipes.trainer.mixed_precision import FSDPReduceDtypeMixin
 from instella_recipes.trainer.optim import InstellaOptimMixin
 from instella_recipes.trainer.optimizer_state import OPTIMIZER_DIR, ContinueOptimizerStateMixin, check_optimizer_state
@@ -32,15 +38,24 @@ from instella_recipes.trainer.settings import RUN
 from instella_recipes.trainer.stage import run_stage
 
 from .loss import LOSS_REDUCTION_HELP, RETIRED_KEYS, LossReductionMixin, check_loss_reduction
-from .run import CheckedModelConfig, PostTrainingSettings, PostTrainingStage, check_rope_theta
+from .run import (
+    CheckedModelConfig,
+    PostTrainingData,
+    PostTrainingSettings,
+    PostTrainingStage,
+    check_rope_theta,
+    load_tokenizer_with_template,
+    readers,
+)
 from .tokenization import check_row_format, check_truncation_mode, prepare_sft_dataset
 
 
 @dataclass
-class CheckedSFTConfig(PostTrainingSettings, SequenceParallelArguments, SFTConfig):
+class CheckedSFTConfig(PostTrainingSettings, MDSStreamsArguments, SequenceParallelArguments, SFTConfig):
     """SFT's settings: TRL's SFTConfig, its numeric fields range-checked at parse time (`core.checks`: without it SFT
     `max_length -1` silently drops every row's closing EOS label), with the post-training fields, the FSDP reduce
-    dtype, the row format and the loss reduction (`loss.py`)."""
+    dtype, the row format, the loss reduction (`loss.py`) and the MDS fields (`mds_streams`: the authors' packed rows
+    instead of `sources`)."""
 
     retired_keys = RETIRED_KEYS  # core.recipe: a recipe that still has one gets what to write instead
 
@@ -78,6 +93,7 @@ class CheckedSFTConfig(PostTrainingSettings, SequenceParallelArguments, SFTConfi
 
 
 class InstellaSFTTrainer(
+    StreamingRowsMixin,
     SequenceParallelMixin,
     ContinueOptimizerStateMixin,
     FSDPReduceDtypeMixin,
@@ -87,7 +103,8 @@ class InstellaSFTTrainer(
 ):
     """SFTTrainer with Instella's optimizer settings and LR schedule, under FSDP + bf16 the gradients reduced in
     fp32 (the authors' `fsdp.precision: mixed`), Ulysses sequence parallelism (`sequence_parallel=`), another
-    run's AdamW moments (`optimizer_state_from=`) and the loss reduction of `loss.py`."""
+    run's AdamW moments (`optimizer_state_from=`), the loss reduction of `loss.py` and streaming's MDS rows read
+    as they are split (`streaming_rows=`)."""
 
     def __init__(self, *args, fsdp_reduce_dtype: str | None = "float32", **kwargs):
         self.fsdp_reduce_dtype = fsdp_reduce_dtype
@@ -102,6 +119,7 @@ class SFTStage(PostTrainingStage):
 
     sequence_parallel = None
     optimizer_state = None
+    mds_rows = None  # mds_streams: the MDSRows behind the dataset (`load_data`)
 
     def inputs(self) -> list[tuple[str, str]]:
         return [*super().inputs(), ("optimizer_state_from", self.args.optimizer_state_from)]
@@ -112,6 +130,8 @@ class SFTStage(PostTrainingStage):
                 "remove assistant_only_loss / completion_only_loss: this recipe already builds assistant-only labels "
                 "from the Instella chat template (see instella_recipes/post_training/template.py)"
             )
+        if self.args.mds_streams:
+            _check_mds_settings(self.args)
         _check_sequence_parallel_rows(self.args)
         super().check()
         if self.args.optimizer_state_from and self.model_args.use_peft:
@@ -124,9 +144,37 @@ class SFTStage(PostTrainingStage):
             config = AutoConfig.from_pretrained(path, trust_remote_code=True)
             check_rope_theta(self.args.rope_theta, config, self.model_args.model_name_or_path)
 
+    def load_data(self) -> PostTrainingData:
+        """The chat mixture (`sources`), or with `mds_streams` the authors' packed MDS rows: checked before any work,
+        `max_steps` x the global batch rows (streaming's epoch), given to SFTTrainer as they are."""
+        args = self.args
+        if not args.mds_streams:
+            return super().load_data()
+        tokenizer = load_tokenizer_with_template(args, self.model_args)
+        per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * readers(args)
+        self.mds_rows, manifest = mds_rows_for(
+            args, args.tokenizer_name_or_path or self.model_args.model_name_or_path, args.max_length, "max_length",
+            per_step, document_masking=True,
+        )  # fmt: skip
+        args.dataset_kwargs = {**(args.dataset_kwargs or {}), "skip_prepare_dataset": True}  # tokenised and packed
+        summary = (
+            f"mds_streams: {len(self.mds_rows)} rows ({args.max_steps} steps x {per_step}) from "
+            f"{', '.join(args.mds_streams)}, cut at {args.max_length} tokens"
+        )
+        report = {"mds_streams": list(args.mds_streams), "data_fingerprint": manifest["fingerprint"],
+                  "rows": len(self.mds_rows), "summary": summary}  # fmt: skip
+        return PostTrainingData(tokenizer, self.mds_rows.iterable_dataset(), report)
+
+    def data_fingerprint(self, data: PostTrainingData | None) -> str | None:
+        """mds_streams: the folders, proportions and index digests; a chat mixture: None (its `data` fields)."""
+        return data.report.get("data_fingerprint") if data is not None else None
+
     def build_trainer(self, data, model, callbacks: list):
         self.sequence_parallel = sequence_parallel_for(self.args, self.args, model.config, None)
-        return super().build_trainer(data, model, callbacks)
+        if self.mds_rows is None:
+            return super().build_trainer(data, model, callbacks)
+        with self.mds_rows.previewing():  # SFTTrainer reads one row when built: not streaming's epoch (mds.py)
+            return super().build_trainer(data, model, callbacks)
 
     def before_save(self, trainer) -> None:
         trainer.restore_attention()  # the saved model runs its own attention, not the SP wrapper
@@ -138,12 +186,30 @@ class SFTStage(PostTrainingStage):
         )
 
     def trainer_kwargs(self) -> dict:
+        mds_kwargs = {"data_collator": mds.stack_rows, "streaming_rows": True} if self.mds_rows is not None else {}
         return {
             "fsdp_reduce_dtype": self.args.fsdp_reduce_dtype,
             "sequence_parallel": self.sequence_parallel,
             "optimizer_state_from": self.optimizer_state,
             "loss_reduction": self.args.loss_reduction,
+            **mds_kwargs,
         }
+
+
+def _check_mds_settings(args) -> None:
+    """`mds_streams` reads rows that are tokenised, packed and labelled already: no chat data beside them, nothing
+    that would pack or cap them again."""
+    if args.sources:
+        raise RecipeError(
+            "set sources (chat data, tokenised here) or mds_streams (the authors' packed MDS rows), not both"
+        )
+    if args.packing or args.padding_free:
+        raise RecipeError(
+            "mds_streams rows are packed already (document spans -> position_ids): set packing: false and "
+            "padding_free: false"
+        )
+    if args.max_samples is not None:
+        raise RecipeError("max_samples caps a chat mixture; mds_streams reads max_steps x the global batch rows")
 
 
 def _check_sequence_parallel_rows(args) -> None:
@@ -151,11 +217,17 @@ def _check_sequence_parallel_rows(args) -> None:
     size = args.sequence_parallel_size
     if size == 1:
         return
-    if not (args.packing or args.padding_free):
+    if args.mds_streams:  # packed rows of up to max_length tokens, cut as the authors' (who assert the same)
+        if args.max_length is not None and args.max_length % size:
+            raise RecipeError(
+                f"max_length {args.max_length} is not divisible by sequence_parallel_size {size}: each rank keeps "
+                f"an equal chunk of a row; choose a multiple of {size}"
+            )
+    elif not (args.packing or args.padding_free):
         raise RecipeError(
             f"sequence_parallel_size {size} takes padding-free rows: set packing: true (or padding_free: true)"
         )
-    if not args.pad_to_multiple_of or args.pad_to_multiple_of % size:
+    elif not args.pad_to_multiple_of or args.pad_to_multiple_of % size:
         raise RecipeError(
             f"sequence_parallel_size {size}: every row must split into {size} equal chunks; set pad_to_multiple_of "
             f"to a multiple of {size} (now {args.pad_to_multiple_of})"

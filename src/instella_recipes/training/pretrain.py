@@ -44,6 +44,7 @@ from instella_recipes.data.token_files import (
 )
 from instella_recipes.data.tokenizer import load_tokenizer
 from instella_recipes.trainer.checks import check_global_batch, check_tokenizer_fits, fit_accumulation
+from instella_recipes.trainer.mds_streams import MDSStreamsArguments, mds_rows_for
 from instella_recipes.trainer.optim import check_schedule_kwargs
 from instella_recipes.trainer.optimizer_state import OPTIMIZER_DIR, check_optimizer_state, save_optimizer_state
 from instella_recipes.trainer.sequence_parallel import (
@@ -66,9 +67,10 @@ LOSS_NORMALIZERS = ("input_tokens", "predicted_tokens")
 
 
 @dataclass
-class PretrainArguments(StageSettings, SequenceParallelArguments, TrainingArguments):
+class PretrainArguments(StageSettings, MDSStreamsArguments, SequenceParallelArguments, TrainingArguments):
     """The settings of `scripts/pretrain.py`: transformers' `TrainingArguments` (range-checked) and pretraining's own
-    fields, each with its role (`trainer/settings.py`)."""
+    fields, each with its role (`trainer/settings.py`); the MDS fields (`mds_streams`, `data_root`,
+    `num_canonical_nodes`) are `MDSStreamsArguments`'."""
 
     data_dir: str = field(default=None, metadata={"role": DATA, "help": "Output folder of scripts/prepare_data.py."})
     data_paths: list[str] | None = field(
@@ -76,21 +78,6 @@ class PretrainArguments(StageSettings, SequenceParallelArguments, TrainingArgume
         metadata={
             "role": DATA,
             "help": "Instead of data_dir: OLMo token files (flat uint16), or one .txt with a path a line.",
-        },
-    )
-    mds_streams: list[str] | None = field(
-        default=None,
-        metadata={
-            "role": DATA,
-            "help": "Instead of data_dir: MDS folders as folder@proportion (the authors' Instella-Long data.paths), "
-            "read with mosaicml-streaming; needs seq_len and max_steps.",
-        },
-    )
-    data_root: str | None = field(
-        default=None,
-        metadata={
-            "role": DATA,
-            "help": "Folder that relative data_paths / mds_streams entries are joined to (default: cwd).",
         },
     )
     seq_len: int | None = field(
@@ -303,26 +290,10 @@ def _token_files_and_tokenizer(script: PretrainArguments):
 
 
 def _mds_and_tokenizer(script: PretrainArguments, rows_per_step: int):
-    """MDS folders named by `mds_streams`, checked before any work (missing, not MDS, another tokenizer), read as
-    the authors do: `epoch_size` = the unique rows of `max_steps` steps (their global batch x steps / SP size)."""
-    if script.seq_len is None:
-        raise RecipeError("mds_streams needs seq_len: the tokens a row is cut at (the authors' max_sequence_length)")
-    if script.max_steps is None or script.max_steps <= 0:
-        raise RecipeError("mds_streams needs max_steps: the epoch is max_steps x the global batch rows (the authors')")
+    """MDS folders named by `mds_streams`, checked before any work and read as the authors do (`mds_rows_for`)."""
     tok_path = script.tokenizer or script.model_name_or_path
-    if not tok_path:
-        raise RecipeError("mds_streams needs tokenizer: the tokenizer the MDS rows were written with")
-    mds.import_streaming()  # not installed: named here, before any work
-    digest = mds.tokenizer_digest(tok_path)
-    streams = mds.check_mds_streams(script.mds_streams, script.data_root, digest)
-    tokenizer = _load_tokenizer(tok_path)
-    indexes = [file_digest(folder / "index.json") for folder, _ in streams]
-    items = [[str(folder), p, digest] for (folder, p), digest in zip(streams, indexes)]
-    rows = mds.MDSRows(streams, script.seq_len, script.document_masking, script.seed,
-                       script.per_device_train_batch_size, rows_per_step * script.max_steps,
-                       script.sequence_parallel_size)  # fmt: skip
-    manifest = {"fingerprint": hashlib.sha256(json.dumps(items).encode()).hexdigest(), "instances": len(rows)}
-    return rows, manifest, tokenizer
+    rows, manifest = mds_rows_for(script, tok_path, script.seq_len, "seq_len", rows_per_step, script.document_masking)
+    return rows, manifest, _load_tokenizer(tok_path)
 
 
 def _model_config(script: PretrainArguments):
@@ -529,6 +500,7 @@ class PretrainStage(Stage):
             loss_normalizer=args.loss_normalizer,
             train_sampler=_olmo_sampler(dataset, args),
             sequence_parallel=sequence_parallel_for(args, args, model.config, dataset.seq_len),
+            streaming_rows=isinstance(dataset, mds.MDSRows),
         )
         self.nonfinite = NonFiniteCallback(trainer, args.max_consecutive_nonfinite)
         trainer.add_callback(self.nonfinite)

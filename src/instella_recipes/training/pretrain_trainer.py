@@ -15,9 +15,9 @@ non-finite steps, all through the Trainer's extension points (no copy of its tra
 - `_get_train_sampler`: token files (`data_paths`) are read through `OLMoOrderSampler`, the authors' order laid out
   for accelerate's sharding of the Trainer's own dataloader (see `data/token_files.py` for why no library sampler
   does it); packed windows keep the Trainer's seeded random sampler.
-- `get_train_dataloader`: MDS folders (`mds_streams`) are read through streaming's `StreamingDataset`, which splits
-  the rows over the ranks itself (the ranks of an SP group alike, the authors' `replication`), so its dataloader does
-  not go through accelerate's sharding, which would split them again; the Trainer moves each batch to the device.
+- `StreamingRowsMixin` (`streaming_rows=`): MDS folders (`mds_streams`) are read through streaming's
+  `StreamingDataset`, which splits the rows over the ranks itself, so its dataloader bypasses accelerate's sharding
+  (trainer/mds_streams.py).
 - `create_accelerator_and_postprocess`: `ddp_timeout` applies to every backend (transformers passes it to
   `init_process_group` only off CPU), so a rank that dies or hangs fails the others within it.
 - `SequenceParallelMixin` (`sequence_parallel=`): Ulysses sequence parallelism (trainer/sequence_parallel.py).
@@ -36,11 +36,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch.distributed as dist
-from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from instella_recipes.trainer.checkpoints import STAGING, publish
+from instella_recipes.trainer.mds_streams import StreamingRowsMixin
 from instella_recipes.trainer.mixed_precision import FSDPReduceDtypeMixin
 from instella_recipes.trainer.optim import InstellaOptimMixin
 from instella_recipes.trainer.optimizer_state import ContinueOptimizerStateMixin
@@ -72,8 +72,9 @@ def apply_collective_timeout(seconds: int) -> None:
 
 
 class PretrainTrainer(
-    SequenceParallelMixin, ContinueOptimizerStateMixin, FSDPReduceDtypeMixin, InstellaOptimMixin, Trainer
-):
+    StreamingRowsMixin, SequenceParallelMixin, ContinueOptimizerStateMixin, FSDPReduceDtypeMixin, InstellaOptimMixin,
+    Trainer,
+):  # fmt: skip
     """Trainer for packed-window causal LM pretraining (any AutoModelForCausalLM)."""
 
     def __init__(
@@ -106,19 +107,6 @@ class PretrainTrainer(
         """After the mixin's FSDP policy: `ddp_timeout` for every backend (`apply_collective_timeout`)."""
         super().create_accelerator_and_postprocess()
         apply_collective_timeout(self.args.ddp_timeout)
-
-    def get_train_dataloader(self):
-        """A plain DataLoader over a streaming `StreamingDataset` (MDS, see the module docstring); else the Trainer's.
-        On resume the Trainer skips the trained batches of this loader: a fresh process's first pass is streaming's
-        epoch 0 in the same order, so the skip lands on the next row (docs/instella_long.md "Data")."""
-        if type(self.train_dataset).__module__.startswith("streaming."):
-            args = self.args
-            return DataLoader(
-                self.train_dataset, batch_size=args.per_device_train_batch_size, collate_fn=self.data_collator,
-                num_workers=args.dataloader_num_workers, pin_memory=args.dataloader_pin_memory,
-                drop_last=args.dataloader_drop_last,
-            )  # fmt: skip
-        return super().get_train_dataloader()
 
     # private: the Trainer takes no sampler argument; this is where it builds one [test_private_apis]
     def _get_train_sampler(self, train_dataset=None):
