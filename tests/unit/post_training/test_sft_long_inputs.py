@@ -2,12 +2,14 @@
 launch that can hold it; `rope_theta` must be the input model's; the recipes/instella-3b-long/sft.yaml numbers.
 The 2-process run: tests/e2e/test_sft_sequence_parallel.py."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from instella_recipes.core import RecipeError, parse_recipe
+from instella_recipes.data import mds
 from instella_recipes.post_training import sft
 from instella_recipes.post_training.run import CheckedModelConfig
 from tests.unit.post_training import test_sft_train as unit_half
@@ -56,6 +58,14 @@ def test_the_long_sft_recipe_has_the_published_numbers():
         True,
     )
     assert args.loss_reduction == "input_tokens" and not args.average_tokens_across_devices  # per device, L872
+    streams = mds.parse_streams(args.mds_streams, args.data_root)  # data.paths L110-116
+    assert {folder.name: p for folder, p in streams} == {
+        "books": 0.44, "dclm": 0.1, "arxiv": 0.06, "ultrachat-200k-packed": 0.25, "openmathinstruct2-packed": 0.1,
+        "mmlu-auxiliary-train-packed": 0.03, "tulu3-personas-packed": 0.02,
+    }  # fmt: skip
+    assert {folder.parent for folder, _ in streams} == {Path("data/raw/Instella-Long/sft")} and not args.sources
+    assert args.num_canonical_nodes == 2  # streaming's default on their 8 nodes with replication 4 (SP)
+    assert not args.packing and args.max_length % args.sequence_parallel_size == 0
     assert args.rope_theta == 3_691_950
     assert args.optimizer_state_from == "runs/instella-3b-long/phase2"  # moments kept, step and schedule reset
     assert (args.per_device_train_batch_size, args.global_batch_size) == (1, 16)  # 64 GPUs / SP 4 = 16 rows

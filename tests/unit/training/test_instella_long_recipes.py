@@ -76,6 +76,8 @@ def test_the_phases_read_the_authors_mds_folders_with_their_proportions():
         assert {folder.name: p for folder, p in streams} == expected
         assert {folder.parent for folder, _ in streams} == {Path("data/raw/Instella-Long") / phase}
         assert args.data_dir is None and abs(sum(expected.values()) - 1.0) < 1e-9
+        # unset by the authors: streaming's default, their 8 nodes over the replication (SP 1 / SP 4)
+        assert args.num_canonical_nodes == (8 if "phase1" in name else 2)
 
 
 def test_dpo_is_the_authors_open_instruct_run():
