@@ -3,7 +3,10 @@
 
 Copied verbatim from AMD-AIG-AIMA/Instella, branch `instella-long`, commit 560ebe7 (2025-06-11):
 `SafeStream`, `StreamingDataCollator` and `SortByLengthDataset` from `instella/data/streaming_dataset.py` L29-150,
-and `build_streaming_dataset` from `instella/data/__init__.py` L51-83. Only the imports are ours: `streaming` is
+`build_streaming_dataset` from `instella/data/__init__.py` L51-83, and the trainer's `get_labels` from
+`instella/train.py` L730-744 (a method there: call it with `self=None`; `model_forward` L759-768 pairs its output
+with `logits[..., :-1, :]` and sums the cross-entropy, `train_micro_batch` L786 divides the sum by
+`batch["input_ids"].numel() / seq_parallel_size`, `train_batch` L872). Only the imports are ours: `streaming` is
 imported through `instella_recipes.data.mds.import_streaming` first (its vision datasets need a torchvision, see
 that module), and `train_config` is any object with the fields their function reads.
 """
@@ -183,3 +186,20 @@ def build_streaming_dataset(paths, train_config: TrainConfig):
         sort_by_length_size=per_worker_step_size,
         replication=train_config.seq_parallel_size,
     )
+
+
+def get_labels(self, batch: Dict[str, Any]) -> torch.Tensor:
+    # Labels are just input IDs shifted to the left (first item is ignored).
+    labels, label_mask, attention_mask, instance_mask = (
+        batch["input_ids"].clone(),
+        batch.get("label_mask"),
+        batch.get("attention_mask"),
+        batch.get("instance_mask"),
+    )
+    if label_mask is not None:
+        labels.masked_fill_(~label_mask, -100)
+    if attention_mask is not None:
+        labels.masked_fill_(attention_mask == 0.0, -100)
+    if instance_mask is not None:
+        labels.masked_fill_(~instance_mask.unsqueeze(-1), value=-100)
+    return labels[..., 1:].contiguous()

@@ -121,7 +121,8 @@ def check_mds_folder(folder: Path, digest: str | None) -> dict:
         if digest is not None and written != digest:
             raise RecipeError(
                 f"mds_streams: {folder} was tokenised with another tokenizer (sha256 {str(written)[:12]}... in "
-                f"{TOKENIZER_RECORD}, the run's is {digest[:12]}...): set tokenizer to the one it was written with"
+                f"{TOKENIZER_RECORD}, the run's is {digest[:12]}...): set tokenizer (SFT: tokenizer_name_or_path) to "
+                f"the one it was written with"
             )
     else:
         logger.info(f"{folder}: no {TOKENIZER_RECORD} (the authors' MDS layout records no tokenizer); not checked")

@@ -24,7 +24,12 @@ from trl import SFTConfig, SFTTrainer
 from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.core.checks import check_choice
 from instella_recipes.data import mds
-from instella_recipes.trainer.mds_streams import MDSStreamsArguments, StreamingRowsMixin, mds_rows_for
+from instella_recipes.trainer.mds_streams import (
+    MDSStreamsArguments,
+    StreamingRowsMixin,
+    check_mds_lengths,
+    mds_rows_for,
+)
 from instella_recipes.trainer.mixed_precision import FSDPReduceDtypeMixin
 from instella_recipes.trainer.optim import InstellaOptimMixin
 from instella_recipes.trainer.optimizer_state import OPTIMIZER_DIR, ContinueOptimizerStateMixin, check_optimizer_state
@@ -150,12 +155,12 @@ class SFTStage(PostTrainingStage):
         args = self.args
         if not args.mds_streams:
             return super().load_data()
-        tokenizer = load_tokenizer_with_template(args, self.model_args)
         per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * readers(args)
         self.mds_rows, manifest = mds_rows_for(
             args, args.tokenizer_name_or_path or self.model_args.model_name_or_path, args.max_length, "max_length",
             per_step, document_masking=True,
         )  # fmt: skip
+        tokenizer = load_tokenizer_with_template(args, self.model_args)  # after the folders' tokenizer check
         args.dataset_kwargs = {**(args.dataset_kwargs or {}), "skip_prepare_dataset": True}  # tokenised and packed
         summary = (
             f"mds_streams: {len(self.mds_rows)} rows ({args.max_steps} steps x {per_step}) from "
@@ -210,6 +215,7 @@ def _check_mds_settings(args) -> None:
         )
     if args.max_samples is not None:
         raise RecipeError("max_samples caps a chat mixture; mds_streams reads max_steps x the global batch rows")
+    check_mds_lengths(args, args.max_length, "max_length")
 
 
 def _check_sequence_parallel_rows(args) -> None:

@@ -57,17 +57,22 @@ class MDSStreamsArguments:
             parent()
 
 
+def check_mds_lengths(args, seq_len: int | None, seq_len_field: str) -> None:
+    """What an MDS epoch needs from the settings (no file read): the row cut and `max_steps`."""
+    if seq_len is None:
+        raise RecipeError(f"mds_streams needs {seq_len_field}: the tokens a row is cut at (the authors' "
+                          f"max_sequence_length)")  # fmt: skip
+    if args.max_steps is None or args.max_steps <= 0:
+        raise RecipeError("mds_streams needs max_steps: the epoch is max_steps x the global batch rows (the authors')")
+
+
 def mds_rows_for(args, tokenizer_path, seq_len: int | None, seq_len_field: str, rows_per_step: int,
                  document_masking: bool) -> tuple[mds.MDSRows, dict]:  # fmt: skip
     """The MDS folders of `args.mds_streams`, checked before any work (streaming installed, each folder present,
     MDS, written with the run's tokenizer), read as the authors do: `epoch_size` = the unique rows of `max_steps`
     steps (their global batch x steps / SP size), `replication` = the SP size. Returns the rows and the data's
     manifest (`fingerprint` over the folders, their proportions and index digests; `instances`)."""
-    if seq_len is None:
-        raise RecipeError(f"mds_streams needs {seq_len_field}: the tokens a row is cut at (the authors' "
-                          f"max_sequence_length)")  # fmt: skip
-    if args.max_steps is None or args.max_steps <= 0:
-        raise RecipeError("mds_streams needs max_steps: the epoch is max_steps x the global batch rows (the authors')")
+    check_mds_lengths(args, seq_len, seq_len_field)
     if not tokenizer_path:
         raise RecipeError("mds_streams needs tokenizer: the tokenizer the MDS rows were written with")
     mds.import_streaming()  # not installed: named here, before any work

@@ -155,3 +155,14 @@ def test_each_source_gets_one_plain_folder_under_output_dir():
     assert mds_folder_names(specs) == ["long_corpus", "books", "wiki"]
     with pytest.raises(RecipeError, match="would share the MDS folder 'books'.*distinct 'name'"):
         mds_folder_names([SourceSpec(path="a/books.jsonl", name="a/books.jsonl"), SourceSpec(name="books")])
+
+
+def test_a_documents_mask_travels_with_its_tokens_across_row_borders():
+    """SFT-style documents `(ids, mask)`: each row's `label_mask` is its tokens' own (here the mask is a function of
+    the token, so any shift between the two shows), also for a document cut at a row border."""
+    docs = [(ids, [t % 2 for t in ids]) for ids in _docs(200, 2, seed=4)]
+    rows = list(mds.pack_rows(docs, 13))
+    assert len(rows) > 10
+    for row in rows:
+        np.testing.assert_array_equal(row["label_mask"], row["input_ids"] % 2)
+    assert "label_mask" not in next(mds.pack_rows(_docs(20, 2), 13))
