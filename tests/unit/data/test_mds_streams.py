@@ -166,3 +166,11 @@ def test_a_documents_mask_travels_with_its_tokens_across_row_borders():
     for row in rows:
         np.testing.assert_array_equal(row["label_mask"], row["input_ids"] % 2)
     assert "label_mask" not in next(mds.pack_rows(_docs(20, 2), 13))
+
+
+def test_label_mask_after_is_for_layout_mds_only():
+    from instella_recipes.data.prepare import PrepareArguments
+
+    for layout, marker in (("packed", "Answer:"), ("mds", "")):
+        with pytest.raises(RecipeError, match="label_mask_after: a non-empty text, for layout mds only"):
+            PrepareArguments(output_dir="out", layout=layout, label_mask_after=marker)
