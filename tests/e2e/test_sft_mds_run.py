@@ -1,11 +1,13 @@
 """scripts/sft.py from MDS folders (`mds_streams`, the long SFT's reader): prepare_data's `layout: mds` with
 `label_mask_after` writes SFT-style rows (answers-only `label_mask`), a short run trains on them with the authors'
-all-token loss (the loss falls, the output folder is complete), and 2 gloo processes with Ulysses SP 2 (streaming's
-`replication`: both ranks read one row) give the one-process losses on the exact path. The rows against the authors'
+all-token loss (the answers' cross-entropy falls, the output folder is complete), 2 gloo processes with Ulysses SP 2
+(streaming's `replication`: both ranks read one row) give the one-process losses on the exact path, and a run resumed
+from its step-4 checkpoint trains steps 5-8 on the rows of the uninterrupted one. The rows against the authors'
 collator and loss: tests/unit/post_training/test_sft_mds.py."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -62,7 +64,7 @@ def _argv(rows, model_dir, out, **overrides) -> list[str]:
 @pytest.fixture(scope="module")
 def one_process(sft_rows, tiny_model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("sft_mds_one") / "run"
-    assert sft.main(_argv(sft_rows, tiny_model_dir, out)) == 0
+    assert sft.main(_argv(sft_rows, tiny_model_dir, out, save_strategy="steps", save_steps=4)) == 0
     return out
 
 
@@ -86,6 +88,21 @@ def test_sft_style_rows_train_on_answers_and_the_run_is_complete(sft_rows, one_p
         assert (one_process / name).is_file(), name
     manifest = json.loads((one_process / "manifest.json").read_text())
     assert manifest["data"]["mds_streams"] == [f"{sft_rows}/qa@1.0"] and manifest["data"]["rows"] == 16
+
+
+def test_a_resumed_run_trains_steps_5_to_8_as_the_uninterrupted_one(sft_rows, one_process, tiny_model_dir, tmp_path,
+                                                                   capfd):  # fmt: skip
+    """A fresh process rebuilds streaming's epoch 0 (SFTTrainer's first look does not start it) and the Trainer skips
+    the trained batches: the resumed steps see the uninterrupted run's rows, so their losses are the same."""
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(one_process / "checkpoint-4", resumed / "checkpoint-4")
+    shutil.copy(one_process / "run.json", resumed / "run.json")
+    assert sft.main(_argv(sft_rows, tiny_model_dir, resumed, save_strategy="steps", save_steps=4)) == 0
+    assert f"sft: resuming from {resumed / 'checkpoint-4'}" in capfd.readouterr().err
+    one, again = _losses(one_process), _losses(resumed)
+    for step in (5, 6, 7, 8):
+        assert abs(one[step] - again[step]) < 1e-5, (step, one[step], again[step])
 
 
 def test_two_process_sequence_parallel_gives_the_one_process_losses(sft_rows, one_process, tiny_model_dir,
