@@ -174,3 +174,16 @@ def test_label_mask_after_is_for_layout_mds_only():
     for layout, marker in (("packed", "Answer:"), ("mds", "")):
         with pytest.raises(RecipeError, match="label_mask_after: a non-empty text, for layout mds only"):
             PrepareArguments(output_dir="out", layout=layout, label_mask_after=marker)
+
+
+def test_the_shuffle_depends_on_num_canonical_nodes_and_unset_is_the_launchs_nodes(two_folders):
+    """streaming's order of an epoch depends on `num_canonical_nodes`; unset (the authors') it is the nodes of the
+    launch over the replication: one here, so unset and 1 give the same order and 2 another (the long recipes set
+    the authors' value so a launch on other nodes reads their order)."""
+    streams = mds.parse_streams([f"{two_folders}/a@0.75", f"{two_folders}/b@0.25"])
+    orders = {}
+    for nodes in (None, 1, 2):
+        rows = mds.MDSRows(streams, 16, True, 6198, 1, 40, 1, num_canonical_nodes=nodes)
+        orders[nodes] = [int(item["input_ids"][0]) for item in rows.dataset]
+        del rows
+    assert orders[None] == orders[1] and orders[1] != orders[2]
