@@ -7,12 +7,14 @@ read the same rows). A row holds `input_ids` and optionally `indices` (the (star
 the row is one document) and `label_mask` (`instella/data/streaming_dataset.py` L53-101). Their collator takes the
 spans up to `max_sequence_length` tokens (`MDSCollator`); the loss reads every token (targets cross document borders;
 `label_mask` drops targets). Documents restart their positions here (`position_ids`), which is how transformers'
-attention keeps them apart (the authors' `doc_lens` to flash-attention varlen).
+attention keeps them apart (the authors' `doc_lens` to flash-attention varlen). Their pretraining and their long SFT
+read the same way; so do ours (`MDSRows`: pretraining hands the Trainer streaming's dataset, SFT hands TRL's
+SFTTrainer the collated rows as a `datasets.IterableDataset`).
 
 Our writer (`write_mds`) makes the same layout from text with streaming's `MDSWriter`, so tests and the demo read
-what the authors' loader reads. MDS records no tokenizer; our folders get one beside the shards
-(`TOKENIZER_RECORD`), and a run whose tokenizer differs stops before any work. The authors' folders carry none,
-which is said once in the log.
+what the authors' loader reads; documents given with a per-token mask (`pack_rows`) get the `label_mask` column. MDS
+records no tokenizer; our folders get one beside the shards (`TOKENIZER_RECORD`), and a run whose tokenizer differs
+stops before any work. The authors' folders carry none, which is said once in the log.
 
 Why the import guard (`import_streaming`): mosaicml-streaming (0.13.0, every release) declares numpy<2.2, so the
 Makefile installs it without its declared dependencies (its local-MDS imports are the extra `mds`). Its package
