@@ -221,6 +221,63 @@ def niah_items(world: TinyWorld, per_depth: int, n_chars: int, depths=(0.1, 0.3,
     return rows
 
 
+# The needle the demo's recall is measured on (tiny_niah_4k) and its long SFT teaches (`needle_chats`): RULER's
+# niah_single shape, one needle whose code is the only number in the context (the haystack keeps the corpus documents
+# without digits), asked in the chat layout; the answer opens with a fixed phrase so the loss's only copying target is
+# the code. A 2-digit code (first digit 2-9): the demo tokenizer writes it as " d" then "d".
+NEEDLE_ANSWER = "The secret code is"
+
+
+def _code(rng: random.Random) -> tuple[str, str]:
+    key = "".join(rng.choice(_KEY_SYLLABLES) for _ in range(3)).capitalize()
+    return key, f"{rng.randint(2, 9)}{rng.randint(0, 9)}"
+
+
+def _single_needle(world: TinyWorld, rng: random.Random, n_chars: int, depth: float | None) -> tuple[str, str]:
+    """(user message, code): digit-free corpus documents of at least `n_chars` characters with one needle at `depth`
+    (a random place when None), then the question."""
+    docs = [row["text"].replace("\n", " ") for row in world.corpus() if not any(c.isdigit() for c in row["text"])]
+    hay, size = [], 0
+    while size < n_chars:
+        hay.append(rng.choice(docs))
+        size += len(hay[-1]) + 1
+    key, code = _code(rng)
+    if depth is None:
+        at = rng.randrange(len(hay) + 1)
+    else:
+        at = next(j for j in range(len(hay) + 1) if len(" ".join(hay[:j])) >= depth * n_chars or j == len(hay))
+    hay.insert(at, NEEDLE.format(key=key, value=code))
+    return " ".join([*hay, f"What is the secret code of {key}?"]), code
+
+
+def niah_single_items(world: TinyWorld, per_depth: int, n_chars: int, depths=(0.1, 0.3, 0.5, 0.7, 0.9)) -> list[dict]:
+    """tiny_niah_4k's items `{id, depth, context, target}`: `context` the user message (haystack of `n_chars`, the
+    needle at `depth` of it, the question), `target` " <code>" after the chat layout's `NEEDLE_ANSWER`."""
+    rng = random.Random(f"{world.seed}-niah-single")
+    rows = []
+    for depth in depths:
+        for i in range(per_depth):
+            context, code = _single_needle(world, rng, n_chars, depth)
+            rows.append({"id": f"niah-{depth}-{i}", "depth": depth, "context": context, "target": f" {code}"})
+    return rows
+
+
+def needle_chats(world: TinyWorld, short: int, long: int, short_chars=(0, 250), long_chars=(1000, 6000)) -> list[dict]:
+    """SFT chats `{"messages"}` of the demo's long SFT: `short` with haystacks of `short_chars` characters (up to
+    about 100 tokens: where a tiny model learns retrieval at all, after ~200 steps, docs/instella_long.md) and `long`
+    of `long_chars` (about 250-1,500 tokens: where it learns to reach), shuffled; seeded apart from the evaluation
+    items. The needle is the code's only number, the question last, the answer `NEEDLE_ANSWER` + the code."""
+    rng = random.Random(f"{world.seed}-needle-chats")
+    spans = [short_chars] * short + [long_chars] * long
+    rng.shuffle(spans)
+    rows = []
+    for lo, hi in spans:
+        question, code = _single_needle(world, rng, rng.randint(lo, hi), None)
+        answer = f"{NEEDLE_ANSWER} {code}."
+        rows.append({"messages": [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]})
+    return rows
+
+
 def write_jsonl(rows: list[dict], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(path) as handle:
@@ -260,11 +317,13 @@ class TinyWorldArguments:
     )
     long_doc_chars: int = field(default=7000, metadata={"help": "haystack characters of each needle document"})
     long_needles: int = field(default=32, metadata={"help": "key-code needles (each asked once) per document"})
+    long_sft_short: int = field(default=4000, metadata={"help": "needle chats with short haystacks (long_sft.jsonl)"})
+    long_sft_long: int = field(default=128, metadata={"help": "needle chats with 1K-6K-character haystacks"})
     overwrite: bool = field(default=False, metadata={"help": "replace a complete output in output_dir"})
 
     def __post_init__(self):
         check_positive(self, "n_entities", "n_train_problems", "n_eval_problems", "max_operand", "repeats")
-        check_positive(self, "long_doc_chars", "long_needles")
+        check_positive(self, "long_doc_chars", "long_needles", "long_sft_short", "long_sft_long")
         check_range("long_docs", self.long_docs, 0, integer=True)
         check_range("seed", self.seed, 0, integer=True)
 
@@ -296,6 +355,8 @@ def make_tiny_world(args: TinyWorldArguments) -> Path:
     if args.long_docs:  # the long-context branch's training text (docs/instella_long.md, "The demo's long branch")
         docs = needle_documents(world, args.long_docs, args.long_doc_chars, args.long_needles)
         files["long_corpus"] = write_jsonl(docs, output / "long_corpus.jsonl")
+        chats = needle_chats(world, args.long_sft_short, args.long_sft_long)
+        files["long_sft"] = write_jsonl(chats, output / "long_sft.jsonl")
     rows = {name: sum(1 for _ in path.open()) for name, path in files.items()}
     for name, count in rows.items():
         print(f"{name}: {count} rows -> {files[name]}")

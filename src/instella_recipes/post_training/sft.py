@@ -176,10 +176,23 @@ class SFTStage(PostTrainingStage):
 
     def build_trainer(self, data, model, callbacks: list):
         self.sequence_parallel = sequence_parallel_for(self.args, self.args, model.config, None)
+        if self.mds_rows is None and self.args.padding_free and not self.args.packing:
+            return self._padding_free_trainer(data, model, callbacks)
         if self.mds_rows is None:
             return super().build_trainer(data, model, callbacks)
         with self.mds_rows.previewing():  # SFTTrainer reads one row when built: not streaming's epoch (mds.py)
             return super().build_trainer(data, model, callbacks)
+
+    def _padding_free_trainer(self, data, model, callbacks: list):
+        """`padding_free` without `packing`: each batch flattened into one row, documents told apart by position_ids.
+        TRL refuses a `max_length` there because it would not enforce it ("provide already truncated inputs, or set
+        max_length=None"); `prepare` has cut every row at `max_length` already (`overlong`), so SFTTrainer is built
+        with none and the setting is restored for the run's records."""
+        max_length, self.args.max_length = self.args.max_length, None
+        try:
+            return super().build_trainer(data, model, callbacks)
+        finally:
+            self.args.max_length = max_length
 
     def before_save(self, trainer) -> None:
         trainer.restore_attention()  # the saved model runs its own attention, not the SP wrapper

@@ -1,17 +1,21 @@
-"""The long-context text of the demo (data/tiny_world.py): needle documents for training, needle-in-a-haystack
-items for tiny_niah_4k, and the data stage writing the documents only when asked."""
+"""The long-context text of the demo (data/tiny_world.py): needle documents for the 4K phase, single-needle chats for
+the long SFT, needle-in-a-haystack items for tiny_niah_4k and tiny_long_ppl_4k, and the data stage writing the
+documents only when asked."""
 
 import json
 import re
 
 from instella_recipes.data.tiny_world import (
     NEEDLE,
+    NEEDLE_ANSWER,
     NEEDLE_QUERY,
     TinyWorld,
     TinyWorldArguments,
     make_tiny_world,
+    needle_chats,
     needle_documents,
     niah_items,
+    niah_single_items,
 )
 
 # a needle, not the answer sentence after its question (which repeats the needle's words)
@@ -47,6 +51,36 @@ def test_niah_items_put_one_needle_at_each_depth_and_ask_it_last():
         assert abs(needle.start() / haystack - item["depth"]) < 0.08  # placed at a sentence border near the depth
 
 
+def test_single_needle_items_hold_one_number_the_code_at_each_depth():
+    world = TinyWorld()
+    items = niah_single_items(world, per_depth=2, n_chars=4000)
+    assert items == niah_single_items(world, per_depth=2, n_chars=4000)  # seeded
+    assert [i["depth"] for i in items] == [0.1, 0.1, 0.3, 0.3, 0.5, 0.5, 0.7, 0.7, 0.9, 0.9]
+    for item in items:
+        code = item["target"][1:]
+        assert re.fullmatch(r"[2-9]\d", code) and re.findall(r"\d+", item["context"]) == [code]  # RULER niah_single
+        (needle,) = re.finditer(
+            re.escape(NEEDLE).replace(r"\{key\}", r"(\w+)").replace(r"\{value\}", code), item["context"]
+        )
+        assert item["context"].endswith(f"What is the secret code of {needle.group(1)}?")
+        assert abs(needle.start() / len(item["context"]) - item["depth"]) < 0.08
+
+
+def test_needle_chats_are_short_and_long_single_needle_questions_with_the_code_as_answer():
+    world = TinyWorld()
+    chats = needle_chats(world, short=40, long=4)
+    assert chats == needle_chats(world, short=40, long=4)  # seeded
+    evaluated = {i["context"] for i in niah_single_items(world, per_depth=4, n_chars=13500)}
+    lengths = []
+    for chat in chats:
+        user, assistant = chat["messages"]
+        assert (user["role"], assistant["role"]) == ("user", "assistant")
+        (code,) = re.findall(r"\d+", user["content"])  # the needle's code is the only number
+        assert assistant["content"] == f"{NEEDLE_ANSWER} {code}." and user["content"] not in evaluated
+        lengths.append(len(user["content"]))
+    assert sum(n > 1000 for n in lengths) == 4 and max(n for n in lengths if n < 1000) < 600
+
+
 def test_the_data_stage_writes_needle_documents_only_when_asked(tmp_path):
     make_tiny_world(TinyWorldArguments(output_dir=str(tmp_path / "plain"), n_train_problems=8, n_eval_problems=4))
     assert not (tmp_path / "plain" / "long_corpus.jsonl").exists()
@@ -57,3 +91,4 @@ def test_the_data_stage_writes_needle_documents_only_when_asked(tmp_path):
     assert len(rows) == 2 and all(len(NEEDLE_RE.findall(r["text"])) == 3 for r in rows)
     manifest = json.loads((tmp_path / "long" / "manifest.json").read_text())
     assert manifest["rows"]["long_corpus"] == 2
+    assert manifest["rows"]["long_sft"] == args.long_sft_short + args.long_sft_long

@@ -53,6 +53,28 @@ def test_packed_and_padded_give_the_same_per_token_loss(tiny_model_dir, tmp_path
     )
 
 
+def test_padding_free_without_packing_builds_and_gives_the_padded_loss(tiny_model_dir, tmp_path):
+    """`padding_free: true` alone (each batch flattened into one row, one example per document): SFTTrainer refuses
+    a max_length it would not enforce, so the stage builds it without one after cutting the rows itself; the recipe's
+    max_length stays in the run's settings, and the flattened batch gives the padded batch's per-token loss."""
+    _, parsed = recipe(tiny_model_dir, tmp_path / "a", "--max_samples", "16")
+    padded, _ = sft.build_trainer(*parsed)
+    _, parsed = recipe(tiny_model_dir, tmp_path / "c", "--max_samples", "16", "--padding_free", "true")
+    flat, _ = sft.build_trainer(*parsed)
+    assert flat.args.max_length == 256 and flat.args.padding_free and not flat.args.packing  # the recipe's, kept
+    assert max(len(flat.train_dataset[i]["input_ids"]) for i in range(16)) <= 256  # cut by the stage (overlong)
+    flat.model.load_state_dict(padded.model.state_dict())
+    rows = [padded.train_dataset[i] for i in range(16)]
+    batch = flat.data_collator([flat.train_dataset[i] for i in range(16)])
+    assert batch["input_ids"].shape[0] == 1 and "attention_mask" not in batch
+    torch.testing.assert_close(
+        torch.tensor(_loss(flat, [flat.train_dataset[i] for i in range(16)])),
+        torch.tensor(_loss(padded, rows)),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
 @pytest.mark.gpu
 def test_packed_and_padded_agree_with_flash_attention(tiny_model_dir):
     """On GPU the padding-free batch goes through flash-attn varlen (cu_seq_lens from TRL's collator)."""
