@@ -170,20 +170,31 @@ NEEDLE = "The secret code of {key} is {value}."
 NEEDLE_QUERY = "What is the secret code of {key}? The secret code of {key} is"
 
 
-def _needle(rng: random.Random) -> tuple[str, str]:
+def _needle(rng: random.Random, two_digits: bool = False) -> tuple[str, str]:
+    """(key, code): a 4-digit code, or with `two_digits` one of 20-99 (the single-needle items')."""
     key = "".join(rng.choice(_KEY_SYLLABLES) for _ in range(3)).capitalize()
+    if two_digits:
+        return key, f"{rng.randint(2, 9)}{rng.randint(0, 9)}"
     return key, f"{rng.randrange(10_000):04d}"
 
 
-def _haystack(world: TinyWorld, rng: random.Random, n_chars: int) -> list[str]:
-    """Sentences of the TinyWorld corpus in random order (documents kept whole), at least `n_chars` in all."""
-    docs = [row["text"].replace("\n", " ") for row in world.corpus()]
+def _haystack(world: TinyWorld, rng: random.Random, n_chars: int, digits: bool = True) -> list[str]:
+    """Sentences of the TinyWorld corpus in random order (documents kept whole), at least `n_chars` in all; without
+    `digits`, only the documents that hold none (facts, not word problems)."""
+    docs = [
+        row["text"].replace("\n", " ") for row in world.corpus() if digits or not any(c.isdigit() for c in row["text"])
+    ]
     out, size = [], 0
     while size < n_chars:
         text = rng.choice(docs)
         out.append(text)
         size += len(text) + 1
     return out
+
+
+def _at_depth(hay: list[str], depth: float, n_chars: int) -> int:
+    """The first sentence border at or after `depth` x `n_chars` characters of the haystack (its end at the latest)."""
+    return next(j for j in range(len(hay) + 1) if len(" ".join(hay[:j])) >= depth * n_chars or j == len(hay))
 
 
 def needle_documents(world: TinyWorld, count: int, n_chars: int, needles: int, seed: int = 0) -> list[dict]:
@@ -214,8 +225,7 @@ def niah_items(world: TinyWorld, per_depth: int, n_chars: int, depths=(0.1, 0.3,
         for i in range(per_depth):
             key, value = _needle(rng)
             hay = _haystack(world, rng, n_chars)
-            at = next(j for j in range(len(hay) + 1) if len(" ".join(hay[:j])) >= depth * n_chars or j == len(hay))
-            hay.insert(at, NEEDLE.format(key=key, value=value))
+            hay.insert(_at_depth(hay, depth, n_chars), NEEDLE.format(key=key, value=value))
             context = " ".join([*hay, NEEDLE_QUERY.format(key=key)])
             rows.append({"id": f"niah-{depth}-{i}", "depth": depth, "context": context, "target": f" {value}"})
     return rows
@@ -228,24 +238,12 @@ def niah_items(world: TinyWorld, per_depth: int, n_chars: int, depths=(0.1, 0.3,
 NEEDLE_ANSWER = "The secret code is"
 
 
-def _code(rng: random.Random) -> tuple[str, str]:
-    key = "".join(rng.choice(_KEY_SYLLABLES) for _ in range(3)).capitalize()
-    return key, f"{rng.randint(2, 9)}{rng.randint(0, 9)}"
-
-
 def _single_needle(world: TinyWorld, rng: random.Random, n_chars: int, depth: float | None) -> tuple[str, str]:
     """(user message, code): digit-free corpus documents of at least `n_chars` characters with one needle at `depth`
     (a random place when None), then the question."""
-    docs = [row["text"].replace("\n", " ") for row in world.corpus() if not any(c.isdigit() for c in row["text"])]
-    hay, size = [], 0
-    while size < n_chars:
-        hay.append(rng.choice(docs))
-        size += len(hay[-1]) + 1
-    key, code = _code(rng)
-    if depth is None:
-        at = rng.randrange(len(hay) + 1)
-    else:
-        at = next(j for j in range(len(hay) + 1) if len(" ".join(hay[:j])) >= depth * n_chars or j == len(hay))
+    hay = _haystack(world, rng, n_chars, digits=False)
+    key, code = _needle(rng, two_digits=True)
+    at = rng.randrange(len(hay) + 1) if depth is None else _at_depth(hay, depth, n_chars)
     hay.insert(at, NEEDLE.format(key=key, value=code))
     return " ".join([*hay, f"What is the secret code of {key}?"]), code
 
