@@ -17,7 +17,7 @@ Two tasks:
 Printed per evaluation: `{mean context tokens: (whole code correct, first code token correct)}`, greedy under teacher
 forcing as lm-eval's `is_greedy` scores `tiny_niah_4k`.
 
-    python benchmarks/probe_niah_learning.py --task needle --hay facts --loss answer --steps 100 --batch 16 \
+    python benchmarks/probe_niah_learning.py --task needle --hay facts --loss answer --steps 150 --batch 16 \
         --chars 20,300
 """
 
