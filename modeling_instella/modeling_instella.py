@@ -40,9 +40,16 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
+from transformers.masking_utils import (
+    ALL_MASK_ATTENTION_FUNCTIONS,
+    and_masks,
+    causal_mask_function,
+    find_packed_sequence_indices,
+    packed_sequence_mask_function,
+)
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast
-from transformers.modeling_utils import PreTrainedModel
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.models.llama.modeling_llama import (
     LlamaForCausalLM,
     LlamaModel,
@@ -66,6 +73,14 @@ AUTO_MAP = {
     "AutoModelForCausalLM": "modeling_instella.InstellaForCausalLM",
 }
 HEAD_PREFIX = "lm_head."
+# `attn_implementation=FLASH_OR_FLEX`: flash_attention_2 where flash-attn is installed, flex_attention otherwise. Both
+# honour packed documents without a dense mask (varlen kernels; a block-sparse BlockMask), so long-context and packed
+# recipes name this one setting instead of falling back to sdpa's dense (T x T) document mask.
+FLASH_OR_FLEX = "flash_or_flex"
+# An attention function registered with transformers' `AttentionInterface` that builds its own per-document mask
+# (e.g. a sequence-parallel wrapper) sets this attribute to True; any other implementation outside transformers'
+# mask registry (sdpa, eager, flex_attention) and the flash kernels refuses packed documents.
+HANDLES_DOCUMENTS = "handles_documents"
 
 
 @strict
@@ -190,6 +205,8 @@ class InstellaPreTrainedModel(PreTrainedModel):
 
     # private: the one check every attention choice passes (init and set_attn_implementation) [test_private_apis]
     def _check_and_adjust_attn_implementation(self, attn_implementation, is_init_check=False, **kwargs):
+        if attn_implementation == FLASH_OR_FLEX:
+            attn_implementation = "flash_attention_2" if is_flash_attn_2_available() else "flex_attention"
         if attn_implementation == "flash_attention_2" and not is_flash_attn_2_available():
             raise ImportError(FLASH_ATTENTION_HINT)
         return super()._check_and_adjust_attn_implementation(attn_implementation, is_init_check, **kwargs)
@@ -262,8 +279,12 @@ class InstellaModel(InstellaPreTrainedModel, LlamaModel):
         # attend across documents. Llama defaults to config.use_cache=True even in training; we do not.
         if use_cache is None and self.training:
             use_cache = False
-        if kwargs.get("cu_seq_lens_q") is not None and attention_mask is None:
-            attention_mask = self._document_mask(kwargs["cu_seq_lens_q"], input_ids, inputs_embeds)
+        documents = self._documents(kwargs.get("cu_seq_lens_q"), position_ids, attention_mask, past_key_values,
+                                    input_ids if input_ids is not None else inputs_embeds[..., 0])  # fmt: skip
+        if documents is not None:
+            dtype = inputs_embeds.dtype if inputs_embeds is not None else self.embed_tokens.weight.dtype
+            varlen = kwargs.get("cu_seq_lens_q") is not None
+            attention_mask = self._document_mask(documents, varlen, attention_mask, past_key_values, dtype)
         return super().forward(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -274,28 +295,57 @@ class InstellaModel(InstellaPreTrainedModel, LlamaModel):
             **kwargs,
         )
 
-    def _document_mask(self, cu_seq_lens: torch.Tensor, input_ids, inputs_embeds) -> torch.Tensor | None:
-        """Packed documents given as flash-attention varlen boundaries (`cu_seq_lens_q`, as
-        `DataCollatorWithFlattening(return_flash_attn_kwargs=True)` and the authors' `cu_doc_lens` give them): the
-        flash back-ends read them themselves (varlen kernels); sdpa and eager would attend across documents, so
-        they get the same block-diagonal causal mask here, 4D, which transformers passes through as it is (bool
-        for sdpa, additive for eager). Positions need not restart: RoPE scores depend on relative positions only."""
+    @staticmethod
+    def _documents(cu_seq_lens, position_ids, attention_mask, past_key_values, reference) -> torch.Tensor | None:
+        """The document index of every token `(batch, length)` of a packed batch, else None. Documents are given
+        as flash-attention varlen boundaries (`cu_seq_lens_q`, as `DataCollatorWithFlattening(
+        return_flash_attn_kwargs=True)` and the authors' `cu_doc_lens` give them; positions need not restart: RoPE
+        scores depend on relative positions only), or as position_ids restarting per document with no 2D mask:
+        transformers' own rule (`find_packed_sequence_indices`), which transformers applies only without a KV cache;
+        here also with an empty one (an evaluation prefill), so documents never see each other there either."""
+        batch, length = reference.shape[:2]
+        if cu_seq_lens is not None:
+            bounds = cu_seq_lens.to(reference.device)
+            document = torch.bucketize(torch.arange(length, device=reference.device), bounds[1:], right=True)
+            return document[None].expand(batch, length)
+        if position_ids is None or attention_mask is not None or length == 1:
+            return None
+        if past_key_values is not None and (torch.compiler.is_compiling() or past_key_values.get_seq_length() > 0):
+            return None  # a decoding step continues the cache's last document (traced: transformers' rule)
+        return find_packed_sequence_indices(position_ids.expand(batch, -1))
+
+    def _document_mask(self, documents: torch.Tensor, varlen: bool, attention_mask, past_key_values, dtype):
+        """The mask that keeps each packed document to itself, for this model's attention implementation:
+        transformers' own mask builders (`ALL_MASK_ATTENTION_FUNCTIONS`) with transformers' packed-sequence mask
+        function, causal and same-document: a block-sparse `BlockMask` for flex_attention (only the blocks on the
+        diagonal documents are computed), a dense 4D mask for sdpa (bool) and eager (additive), which transformers
+        passes through as they are. The flash kernels take the documents themselves (varlen `cu_seq_lens`, or
+        position_ids restarts in a batch of one row), so their mask is left as it is. Any other implementation
+        refuses packed documents (ValueError) unless its function declares `handles_documents`: none may attend
+        across documents silently."""
         # private: the config's attention name, as transformers' models read it [test_private_apis]
         implementation = self.config._attn_implementation
-        if implementation not in ("sdpa", "eager"):
-            return None
-        reference = input_ids if input_ids is not None else inputs_embeds[..., 0]
-        length = reference.shape[1]
-        bounds = cu_seq_lens.to(reference.device)
-        document = torch.bucketize(torch.arange(length, device=reference.device), bounds[1:], right=True)
-        causal = torch.ones(length, length, dtype=torch.bool, device=reference.device).tril()
-        allowed = (document[:, None] == document[None, :]) & causal
-        allowed = allowed[None, None].expand(reference.shape[0], 1, length, length)
-        if implementation == "sdpa":
-            return allowed
-        dtype = inputs_embeds.dtype if inputs_embeds is not None else self.embed_tokens.weight.dtype
-        blocked = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-        return blocked.masked_fill(~allowed, torch.finfo(dtype).min)
+        batch, length = documents.shape
+        if implementation in ALL_MASK_ATTENTION_FUNCTIONS and not implementation.startswith("flash"):
+            sizes = (length, 0) if past_key_values is None else past_key_values.get_mask_sizes(length, 0)
+            kv_length, kv_offset = sizes
+            padded = torch.nn.functional.pad(documents, (0, kv_length - length), value=-1)  # a static cache's tail
+            same_document = and_masks(causal_mask_function, packed_sequence_mask_function(padded))
+            return ALL_MASK_ATTENTION_FUNCTIONS[implementation](
+                batch_size=batch, q_length=length, kv_length=kv_length, q_offset=0, kv_offset=kv_offset,
+                mask_function=same_document, attention_mask=attention_mask, allow_is_causal_skip=False, dtype=dtype,
+                config=self.config, use_vmap=False, device=documents.device,
+            )  # fmt: skip
+        flash = implementation.startswith("flash") or "flash" in implementation.split("/")[-1]
+        if flash and (varlen or batch == 1):
+            return attention_mask
+        if getattr(ALL_ATTENTION_FUNCTIONS.get(implementation), HANDLES_DOCUMENTS, False):
+            return attention_mask
+        raise ValueError(
+            f"attn_implementation={implementation!r} cannot keep packed documents apart "
+            f"({'a batch of more than one row' if flash else 'no document mask'}): use flex_attention, sdpa, "
+            f"eager or {FLASH_OR_FLEX!r}, or give flash attention one packed row with cu_seq_lens_q/k"
+        )
 
 
 class InstellaForCausalLM(InstellaPreTrainedModel, LlamaForCausalLM, GenerationMixin):
