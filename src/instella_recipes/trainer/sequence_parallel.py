@@ -26,7 +26,7 @@ chunk-border targets, so it cannot express the authors' fallback; its `cp_size` 
 `context_parallel`, FSDP2, plain causal SDPA: no document mask). What is ours is the data layout and the all-to-all
 around transformers' attention functions; the collective with autograd is torch's
 (`torch.distributed.nn.functional.all_to_all`) and the attention is transformers' (`ALL_ATTENTION_FUNCTIONS`: sdpa on
-CPU, flash_attention_2 varlen on GPU).
+CPU, flash_attention_2 varlen on GPU, or flex_attention with a block-sparse document mask where flash-attn is absent).
 """
 
 from dataclasses import dataclass, field
@@ -38,7 +38,13 @@ from accelerate.data_loader import prepare_data_loader
 from torch.distributed.nn.functional import all_to_all
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import find_packed_sequence_indices
+from transformers.masking_utils import (
+    and_masks,
+    causal_mask_function,
+    find_packed_sequence_indices,
+    flex_attention_mask,
+    packed_sequence_mask_function,
+)
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from instella_recipes.core.checks import check_choice, check_range
@@ -47,7 +53,7 @@ from instella_recipes.core.errors import RecipeError
 SP_MODES = ("authors", "exact")
 ATTENTION_PREFIX = "ulysses_"
 # transformers' attention functions the Ulysses wrapper can run (eager is model-specific and not in the registry).
-INNER_ATTENTION = ("sdpa", "flash_attention_2", "flash_attention_3")
+INNER_ATTENTION = ("sdpa", "flash_attention_2", "flex_attention", "flash_attention_3")
 _ACTIVE: "SequenceParallel | None" = None
 DROPPED_KEYS = ("attention_mask", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 
@@ -204,6 +210,22 @@ class SequenceParallel:
             self._masks[local] = (same & torch.ones_like(same).tril())[:, None]
         return self._masks[local]
 
+    def block_mask(self, local: bool, device):
+        """The same mask as `mask(local)` as flex_attention's block-sparse `BlockMask`, built by transformers'
+        `flex_attention_mask` with its packed-sequence mask function (only the blocks of each document's diagonal
+        are computed)."""
+        if ("flex", local) not in self._masks:
+            doc = self.doc_ids
+            if local:
+                lo, hi = self.chunk_bounds(doc.shape[-1])
+                doc = doc[:, lo:hi]
+            doc = doc.to(device)
+            same_document = and_masks(causal_mask_function, packed_sequence_mask_function(doc))
+            self._masks[("flex", local)] = flex_attention_mask(
+                1, doc.shape[-1], doc.shape[-1], mask_function=same_document, device=device
+            )
+        return self._masks[("flex", local)]
+
     def segment_lengths(self, local: bool) -> torch.Tensor:
         """Document lengths (the varlen `cu_seqlens` differences) of the whole row or of this rank's chunk."""
         doc = self.doc_ids[0]
@@ -233,6 +255,8 @@ def _inner(module, query, key, value, sp: SequenceParallel, local: bool, kwargs:
     name = module.config._attn_implementation.removeprefix(ATTENTION_PREFIX)
     if name == "sdpa":
         return sdpa_attention_forward(module, query, key, value, sp.mask(local), **kwargs)
+    if name == "flex_attention":
+        return ALL_ATTENTION_FUNCTIONS[name](module, query, key, value, sp.block_mask(local, query.device), **kwargs)
     kwargs["position_ids"] = _segment_positions(sp.segment_lengths(local).to(query.device))
     return ALL_ATTENTION_FUNCTIONS[name](module, query, key, value, None, **kwargs)
 
@@ -251,14 +275,18 @@ def ulysses_attention(module, query, key, value, attention_mask, **kwargs):
     return _seq_all_to_all(out, 1, 2, sp), None  # tokens scattered, heads gathered
 
 
+# modeling_instella's HANDLES_DOCUMENTS: the model passes packed rows to this wrapper (it masks them by `_plan`)
+ulysses_attention.handles_documents = True
+
+
 def enable(model, sp: SequenceParallel) -> str:
     """Route `model`'s attention through Ulysses around its current implementation; returns that one (`disable`)."""
     global _ACTIVE
     current = model.config._attn_implementation  # private: as above [test_private_apis]
     if current not in INNER_ATTENTION:
         raise ValueError(
-            f"sequence parallelism wraps attn_implementation sdpa or flash_attention_2, not {current!r}: set "
-            f"attn_implementation to one of {', '.join(INNER_ATTENTION[:2])}"
+            f"sequence parallelism wraps attn_implementation sdpa, flash_attention_2 or flex_attention, not "
+            f"{current!r}: set attn_implementation to one of {', '.join(INNER_ATTENTION[:3])}"
         )
     AttentionInterface.register(ATTENTION_PREFIX + current, ulysses_attention)
     model.set_attn_implementation(ATTENTION_PREFIX + current)

@@ -4,13 +4,12 @@ in an evaluation prefill with a KV cache; `attn_implementation="flash_or_flex"` 
 
 import pytest
 import torch
-from torch.nn.attention import flex_attention as torch_flex
 from transformers import AttentionInterface, DataCollatorWithFlattening, DynamicCache
-from transformers.integrations import flex_attention as hf_flex
 from transformers.masking_utils import BlockMask
 from transformers.utils import is_flash_attn_2_available
 
 import modeling_instella.modeling_instella as modeling
+from tests.helpers.flex_uncompiled import use_uncompiled_flex
 from tests.unit.modeling.test_modeling_features import tiny_model
 
 LENGTHS = (7, 12, 5)
@@ -18,17 +17,7 @@ LENGTHS = (7, 12, 5)
 
 @pytest.fixture
 def flex_uncompiled(monkeypatch):
-    """transformers compiles flex_attention and its block mask (inductor: about a minute on CPU, the GPU's job);
-    the same functions run uncompiled here (torch's reference implementation of the same masks)."""
-
-    def flex(query, key, value, training=False, **kwargs):
-        return torch_flex.flex_attention(query, key, value, **kwargs)
-
-    def block_mask(*args, _compile=False, **kwargs):
-        return torch_flex.create_block_mask(*args, _compile=False, **kwargs)
-
-    monkeypatch.setattr(hf_flex, "compile_friendly_flex_attention", flex)
-    monkeypatch.setattr("transformers.masking_utils.create_block_mask", block_mask)
+    use_uncompiled_flex(monkeypatch)
 
 
 def packed_documents(seed=0):

@@ -4,8 +4,11 @@ The collectives (2 and 4 gloo processes) are tested in tests/e2e/test_sequence_p
 import pytest
 import torch
 
+from instella_recipes.trainer import sequence_parallel as spm
 from instella_recipes.trainer.sequence_parallel import SequenceParallel, check_sequence_parallel
+from modeling_instella import InstellaForCausalLM
 from tests.conftest import tiny_config
+from tests.helpers.flex_uncompiled import use_uncompiled_flex
 
 
 @pytest.mark.parametrize(
@@ -77,3 +80,23 @@ def test_varlen_boundaries_stand_for_position_ids_and_are_not_passed_on():
     out = sp.shard({"input_ids": ids, "labels": ids, "cu_seq_lens_q": torch.tensor([0, 3, 8]), "max_length_q": 5})
     assert "cu_seq_lens_q" not in out and "max_length_q" not in out
     assert out["position_ids"].tolist() == [[0, 1, 2, 0]] and sp.segment_lengths(local=False).tolist() == [3, 5]
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_flex_inner_attention_gets_the_same_document_mask_as_sdpa(local, monkeypatch):
+    """Inside the Ulysses wrapper flex_attention gets the row's (or the chunk's) documents as a block-sparse mask
+    and computes what sdpa computes with the dense one. Uncompiled flex (the compiled kernel is the GPU's)."""
+    use_uncompiled_flex(monkeypatch)
+    sp = _rank(2, 0, "exact")
+    sp.shard({"input_ids": torch.zeros(1, 16, dtype=torch.long),
+              "position_ids": torch.cat([torch.arange(5), torch.arange(7), torch.arange(4)])[None]})  # fmt: skip
+    module = InstellaForCausalLM(tiny_config()).model.layers[0].self_attn
+    length = 8 if local else 16
+    q, k, v = (torch.randn(1, 4, length, 16) for _ in range(3))
+    outputs = {}
+    for name in ("sdpa", "flex_attention"):
+        # private: the wrapper reads the config's attention name, as transformers' models do [test_private_apis]
+        module.config._attn_implementation = spm.ATTENTION_PREFIX + name
+        outputs[name], _ = spm._inner(module, q, k, v, sp, local, {})
+    assert (outputs["sdpa"] - outputs["flex_attention"]).abs().max() < 1e-5
+    assert spm.ulysses_attention.handles_documents  # the model passes packed rows to the wrapper
