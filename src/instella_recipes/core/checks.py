@@ -169,11 +169,32 @@ def check_cpu_processes(args) -> None:
     )
 
 
+LIGER_NEEDS = (
+    "use_liger_kernel: true needs the liger-kernel package and a CUDA/ROCm GPU (Triton kernels): install "
+    "`pip install -c constraints.txt '.[liger]'` on a GPU machine, or set use_liger_kernel: false"
+)
+
+
+def check_liger_kernel(args) -> None:
+    """`use_liger_kernel: true` where it cannot run (no liger-kernel or Triton, or no GPU): one line before any work
+    instead of transformers' ImportError, or a Triton traceback at the first step (trainer/liger.py applies it)."""
+    if not getattr(args, "use_liger_kernel", False):
+        return
+    import importlib.util
+
+    import torch  # only here: the callers' TrainingArguments have imported it already
+
+    installed = all(importlib.util.find_spec(name) is not None for name in ("liger_kernel", "triton"))
+    if not installed or not torch.cuda.is_available() or getattr(args, "use_cpu", False):
+        raise RecipeError(LIGER_NEEDS)
+
+
 def check_training_arguments(args) -> None:
     """The numeric fields our recipes set on transformers' `TrainingArguments` (and TRL's configs, which extend it):
     each one in its range, before the Trainer sees it. Fields a class does not have are skipped. Also several
-    processes on CPU without use_cpu (`check_cpu_processes`)."""
+    processes on CPU without use_cpu (`check_cpu_processes`), and Liger without a GPU (`check_liger_kernel`)."""
     check_cpu_processes(args)
+    check_liger_kernel(args)
     check_range("learning_rate", args.learning_rate, 0, hint="0 keeps the weights as they are")
     check_positive(args, "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps")
     check_range("max_steps", args.max_steps, -1, integer=True, hint="-1 trains for num_train_epochs")

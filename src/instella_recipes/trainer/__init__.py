@@ -18,8 +18,15 @@
 - `optimizer_state`: one stage's final AdamW state written (DCP) and continued by the next
   (`ContinueOptimizerStateMixin`, `optimizer_state_from`).
 - `flops`: parameter counts, FLOPs per token and MFU (the throughput plugin and the sizing tool).
+- `liger`: Liger kernels for Instella (`use_liger_kernel: true`), registered in liger-kernel's own table on import.
 
 Why it is ours: transformers and TRL leave these to the user (their extension points, mixins and callbacks, are used
 here; no training loop is copied). It is its own package, below `training/` and `post_training/`, so both stages
 import the same code one way down and neither imports the other.
 """
+
+from .liger import register as _register_liger
+
+# Instella's Liger patch in liger-kernel's own table, so `use_liger_kernel: true` (transformers' apply_liger_kernel,
+# run by the Trainer) finds it; nothing happens where liger-kernel is not installed (trainer/liger.py).
+_register_liger()
