@@ -110,7 +110,7 @@ def preflight(script: str, example: str, config_required: bool = True) -> None:
 
 def _hardware(first_line: str) -> str:
     """The hardware a recipe's first comment line names: the text before its first comma outside parentheses
-    (`# 1 GPU with >= 16 GB (sizing: 11.3 GB at 4 x 2048 tokens, ...), global batch 32` -> `1 GPU ... ...)`)."""
+    (`# 1 GPU with >= 16 GB (sizing: 10.5 GB at 4 x 2048 tokens, ...), global batch 32` -> `1 GPU ... ...)`)."""
     depth = 0
     text = first_line.lstrip("# ")
     for i, char in enumerate(text):

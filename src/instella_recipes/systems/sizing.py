@@ -21,9 +21,14 @@ are left out of the activation tally.
 
 Activations (bf16, per GPU, no activation checkpointing, FlashAttention so no T x T scores), per token per layer:
 input norm + normed input 2h, q/k/v (H + 2 KV) x Q, attention output H x Q, MLP norm + normed input 2h, and per
-expert a token visits (top_k for MoE, 1 dense): gate, up and their product 3 I. Plus the logits, b T V x (2 + 4) bytes
-(bf16 logits and the fp32 copy the loss makes). With activation checkpointing only each layer's input (h) is kept
-plus one layer's full set. This is Korthikanti et al. (2022)'s tally adapted to SwiGLU / GQA / MoE without dropout.
+expert a token visits (top_k for MoE, 1 dense): gate, up and their product 3 I. Plus the logits, b T V x 9 bytes
+(bf16 logits, the fp32 copy and the fp32 log-softmax transformers' loss keeps; `logit_bytes`, about 4 under TRL's
+fused LM head). With activation checkpointing only each layer's input (h, the residual stream: fp32 with fp32 master
+weights under autocast) is kept plus one layer's full set. With fp32 masters under bf16 autocast (DDP, ZeRO-1) the
+bf16 copy of every weight (2P) is cached through the forward. The peak is the end of the forward, where gradients
+exist only when accumulated over micro-steps (`accumulation` > 1). This is Korthikanti et al. (2022)'s tally adapted
+to SwiGLU / GQA / MoE without dropout, with those three terms calibrated on the one-GPU peaks of GPU_BASELINE.md
+(H200, 2026-11-28: 32K and 64K, the LoRA and full fine-tune recipes; tests/unit/systems/test_sizing.py, within 5%).
 
 Long context (Instella-Long, `--long_context`): with Ulysses sequence parallelism of size SP (Jacobs et al. 2023,
 "DeepSpeed Ulysses", arXiv:2309.14509) each GPU holds T / SP tokens of every activation outside attention, and inside
@@ -224,6 +229,10 @@ class Cluster:
     lora_r: int = 0  # > 0: a frozen base plus rank-r adapters on `lora_targets`
     lora_targets: tuple[str, ...] = LORA_TARGETS
     sequence_parallel: int = 1  # Ulysses SP size: each GPU holds seq_len / sequence_parallel tokens of activations
+    # bytes per token per vocabulary entry at the loss: transformers' ForCausalLMLoss keeps the bf16 logits, their
+    # fp32 copy and the fp32 log-softmax (9, measured 9.1 on an H200); TRL's fused LM head (SFT/DPO) about 4
+    logit_bytes: float = 9
+    accumulation: int = 1  # micro-steps per optimizer step: with 1 the gradients (set_to_none) are not yet there
 
     @property
     def world(self) -> int:
@@ -250,9 +259,11 @@ def activation_bytes(config, cluster: Cluster) -> float:
         4 * d["h"] + (d["heads"] + 2 * d["kv_heads"]) * d["head_dim"] + d["heads"] * d["head_dim"]
     ) + 3 * d["intermediate"] * experts_per_token
     tokens = cluster.micro_batch * cluster.seq_len / cluster.sequence_parallel  # per GPU under Ulysses SP
-    logits = tokens * d["vocab"] * (2 + 4)
+    logits = tokens * d["vocab"] * cluster.logit_bytes
     if cluster.activation_checkpointing:
-        return tokens * (d["layers"] * d["h"] + per_token_layer) * 2 + logits
+        # each layer's input is the residual stream: fp32 with fp32 master weights under bf16 autocast
+        residual = 4 if cluster.weight_bytes >= 4 else 2
+        return tokens * (d["layers"] * d["h"] * residual + per_token_layer * 2) + logits
     return tokens * per_token_layer * d["layers"] * 2 + logits
 
 
@@ -266,20 +277,26 @@ def memory_per_gpu(config, counts: ParamCounts, cluster: Cluster) -> dict[str, d
     # what trains (t: all P, or the LoRA adapters) and what is stored as weights (the base, plus fp32 adapters)
     t = lora_params(config, cluster.lora_r, cluster.lora_targets) if cluster.lora_r else p
     stored = p * wb + (t * 4 if cluster.lora_r else 0)
+    # fp32 masters under bf16 autocast (DDP, ZeRO-1): autocast caches the bf16 copy of every weight through the
+    # forward; FSDP's mixed precision gathers bf16 layers instead ("gathered")
+    cast = p * 2 if wb >= 4 else 0
     table = {
-        "DDP": (stored, t * gb, t * ob),
-        "ZeRO-1": (stored, t * gb, t * ob / world),
-        "FSDP full shard": (stored / world + gathered, t * gb / world, t * ob / world),
-        "FSDP hybrid shard": (stored / node + gathered, t * gb / node, t * ob / node),
+        "DDP": (stored, t * gb, t * ob, cast),
+        "ZeRO-1": (stored, t * gb, t * ob / world, cast),
+        "FSDP full shard": (stored / world + gathered, t * gb / world, t * ob / world, 0),
+        "FSDP hybrid shard": (stored / node + gathered, t * gb / node, t * ob / node, 0),
     }
     out = {}
-    for name, (weights, grads, optimizer) in table.items():
-        total = weights + grads + optimizer + activations
+    for name, (weights, grads, optimizer, copies) in table.items():
+        # the peak is the end of the forward: gradients are there only when accumulated over micro-steps (else they
+        # are freed before it and grow in the backward while the activations are freed)
+        held = activations + copies
+        total = weights + optimizer + max(held + (grads if cluster.accumulation > 1 else 0), grads)
         out[name] = {
             "weights": weights / 1e9,
             "gradients": grads / 1e9,
             "optimizer": optimizer / 1e9,
-            "activations": activations / 1e9,
+            "activations": held / 1e9,
             "total": total / 1e9,
         }
     return out
@@ -475,6 +492,10 @@ class SizingArguments:
         default=0, metadata={"help": "LoRA rank (0: full training); the base is frozen at weight_bytes"}
     )
     sequence_parallel: int = field(default=1, metadata={"help": "Ulysses SP size (divides seq_len and the heads)"})
+    logit_bytes: float = field(
+        default=9, metadata={"help": "bytes per token per vocab entry at the loss (9 transformers', 4 TRL SFT/DPO)"}
+    )
+    accumulation: int = field(default=1, metadata={"help": "micro-steps per optimizer step (>1: gradients held)"})
     long_context: bool = field(
         default=False,
         metadata={"help": "print the Instella-Long table instead: 64K / 256K x SP 1/2/4/8 x MI300X / H100"},
@@ -482,12 +503,12 @@ class SizingArguments:
     json: bool = field(default=False, metadata={"help": "print JSON instead of tables"})
 
     def __post_init__(self):
-        check_positive(self, "nodes", "gpus_per_node", "micro_batch", "sequence_parallel")
+        check_positive(self, "nodes", "gpus_per_node", "micro_batch", "sequence_parallel", "accumulation")
         check_range("seq_len", self.seq_len, 1, integer=True, allow_none=True)
         check_range("lora_r", self.lora_r, 0, integer=True)
         check_range("tokenizer_vocab", self.tokenizer_vocab, 1, integer=True, allow_none=True)
         check_range("target_mfu", self.target_mfu, 0, 1, low_open=True)
-        for name in ("weight_bytes", "grad_bytes", "optimizer_bytes"):
+        for name in ("weight_bytes", "grad_bytes", "optimizer_bytes", "logit_bytes"):
             check_range(name, getattr(self, name), 0)
 
 
@@ -501,6 +522,7 @@ def main(argv: list[str] | None = None) -> None:
     cluster = Cluster(
         args.nodes, args.gpus_per_node, args.micro_batch, seq_len, args.weight_bytes, args.grad_bytes,
         args.optimizer_bytes, args.activation_checkpointing, args.lora_r, sequence_parallel=args.sequence_parallel,
+        logit_bytes=args.logit_bytes, accumulation=args.accumulation,
     )  # fmt: skip
     if args.long_context:
         rows = long_context_grid(config, cluster, args.target_mfu)

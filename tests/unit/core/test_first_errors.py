@@ -53,7 +53,7 @@ def test_gpu_recipe_on_a_cpu_machine_names_its_hardware_and_the_tiny_recipe(scri
          "with bf16, which this machine does not have: leave bf16 as the recipe sets it (--bf16 false)"),
         # issue 32: the hardware was cut at a comma inside its parentheses, and the hint named another recipe
         (["--config", "recipes/instella-3b/finetune-lora-1gpu.yaml"], "written for 1 GPU with >= 16 GB (scripts/"
-         "sizing.py: 11.3 GB at 4 x 2048 tokens, bf16 base + LoRA r 16, activation checkpointing), and this machine "
+         "sizing.py: 10.5 GB at 4 x 2048 tokens, bf16 base + LoRA r 16, activation checkpointing), and this machine "
          'has no GPU with bf16: try the recipe on CPU first with the command under "Try it on CPU first" in '
          "docs/finetune_one_gpu.md"),
     ],
