@@ -67,6 +67,7 @@ PUBLISHED_ACCEPTANCE = 0.66  # AMD-Llama-135m-code drafting for CodeLlama-7b on 
 ROOT = Path(__file__).resolve().parents[1]
 FINETUNE_RECIPES = {"lora": ROOT / "recipes/instella-3b/finetune-lora-1gpu.yaml",
                     "full": ROOT / "recipes/instella-3b/finetune-full-1gpu.yaml"}  # fmt: skip
+GIB = 2**30 / 1e9  # sizing reports GB (1e9 bytes); the rows compare GiB with the measured peak
 OLMO_TOKENIZER = ROOT / "tests/fixtures/tokenizers/olmo-gpt-neox-20b-pii-special.json"  # Instella's (SPEC.md 2.2)
 
 
@@ -110,6 +111,8 @@ def apply_liger(model) -> str | None:
     None when applied, else why not (liger-kernel only patches the model types it knows)."""
     if importlib.util.find_spec("liger_kernel") is None:
         return "liger-kernel not installed (pip install -c constraints.txt '.[liger]'; needs a GPU and Triton)"
+    if next(model.parameters()).device.type != "cuda":
+        return "Liger's Triton kernels need a GPU"
     from liger_kernel.transformers import monkey_patch
     from transformers.integrations.liger import apply_liger_kernel
 
@@ -120,16 +123,18 @@ def apply_liger(model) -> str | None:
 
 
 # --- one training configuration ----------------------------------------------------------------------------------
-def make_step(model, device, batch: int, seq: int, amp: bool) -> Callable[[], float]:
-    """A closure running one fwd + bwd + AdamW step on random tokens; returns its wall seconds."""
+def make_step(model, device, batch: int, seq: int, amp: bool, documents=None) -> Callable[[], float]:
+    """A closure running one fwd + bwd + AdamW step on random tokens; returns its wall seconds. `documents`: extra
+    forward keywords that pack the row into documents (`document_inputs`)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
     ids = torch.randint(2, model.config.vocab_size, (batch, seq), device=device)
+    documents = documents or {}
 
     def step() -> float:
         sync(device)
         start = time.perf_counter()
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-            loss = model(input_ids=ids, labels=ids).loss
+            loss = model(input_ids=ids, labels=ids, **documents).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -153,13 +158,12 @@ def prepare(arch, config, attn, device, *, compile_backend=None, checkpointing=F
     return model, None
 
 
-def measure(model, device, batch, seq, steps, warmup, amp, flops_token, peak) -> dict:
+def measure(model, device, batch, seq, steps, warmup, amp, flops_token, peak, documents=None) -> dict:
     """Median step time over `steps` after `warmup` steps; tokens/s, MFU, peak memory. OOM becomes a status."""
     free(device)
     try:
-        step = make_step(model, device, batch, seq, amp)
-        for _ in range(warmup):
-            step()
+        step = make_step(model, device, batch, seq, amp, documents)
+        first = [step() for _ in range(warmup)][:1]
         times = [step() for _ in range(steps)]
     except torch.OutOfMemoryError:
         return {"status": "OOM", "batch": batch}
@@ -168,7 +172,7 @@ def measure(model, device, batch, seq, steps, warmup, amp, flops_token, peak) ->
     return {
         "status": "ok", "batch": batch, "step_s": seconds, "step_s_min": min(times), "step_s_max": max(times),
         "tokens_per_s": tokens_per_s, "mfu": flops.mfu(tokens_per_s, flops_token, peak) if peak else None,
-        "peak_gib": peak_gib(device),
+        "peak_gib": peak_gib(device), "first_step_s": first[0] if first else None,
     }  # fmt: skip
 
 
@@ -201,10 +205,50 @@ def long_rows(args, device, peak) -> list[dict]:
         model, _ = prepare("instella", config, attn, device, checkpointing=True)
         flops_token = flops.flops_per_token(config, seq, counts)
         result = measure(model, device, 1, seq, args.steps, args.warmup, args.amp, flops_token, peak)
-        rows.append({"seq": seq, "attn": attn, "sizing_gb": estimate["DDP"]["total"], **result})
+        rows.append({"seq": seq, "attn": attn, "sizing_gb": estimate["DDP"]["total"] / GIB, **result})
         print(json.dumps(rows[-1]), flush=True)
         del model
         free(device)
+    return rows
+
+
+def document_inputs(given: str, seq: int, documents: int, device) -> dict:
+    """Forward keywords packing a row of `seq` tokens into `documents` equal documents: varlen boundaries
+    (`cu_seq_lens_q/k`, what DataCollatorWithFlattening and the authors' doc_lens give; the model masks them for
+    every attention implementation) or position_ids restarting per document (transformers' packed detection)."""
+    length = seq // documents
+    if given == "cu_seq_lens":
+        bounds = torch.arange(0, seq + 1, length, device=device, dtype=torch.int32)
+        return {"cu_seq_lens_q": bounds, "cu_seq_lens_k": bounds, "max_length_q": length, "max_length_k": length}
+    return {"position_ids": torch.arange(length, device=device).repeat(documents)[None]}
+
+
+def document_rows(args, device, peak) -> list[dict]:
+    """Document-masked long rows (default 32K = 8 x 4K, micro-batch 1, activation checkpointing) for sdpa,
+    flex_attention and flash_attention_2 (when installed), with the documents as `cu_seq_lens_q/k` (the recipes'
+    path) and as position_ids restarts, against plain causal attention over the whole row (sdpa): step time and its
+    ratio to the plain causal step. The target (issue 41): <= 0.7x plain causal with a block-sparse mask."""
+    config = config_for("instella", args.smoke)
+    seq = args.doc_seq
+    flops_token = flops.flops_per_token(config, seq)
+    attns = ["sdpa", "flex_attention"] + (["flash_attention_2"] if importlib.util.find_spec("flash_attn") else [])
+    cases = [("sdpa", None)] + [(attn, given) for attn in attns for given in ("cu_seq_lens", "position_ids")]
+    rows = []
+    for attn, given in cases:
+        if attn == "flex_attention" and device.type != "cuda":
+            rows.append({"attn": attn, "documents": given, "seq": seq, "status": "flex_attention's backward needs a "
+                         "GPU (its CPU forward: tests/unit/modeling/test_modeling_documents.py)"})  # fmt: skip
+            continue
+        model, _ = prepare("instella", config_for("instella", args.smoke), attn, device, checkpointing=True)
+        documents = document_inputs(given, seq, args.doc_count, device) if given else None
+        result = measure(model, device, 1, seq, args.steps, args.warmup, args.amp, flops_token, peak, documents)
+        rows.append({"attn": attn, "documents": given or "none (plain causal)", "seq": seq, **result})
+        print(json.dumps(rows[-1]), flush=True)
+        del model
+        free(device)
+    if "flash_attention_2" not in attns:
+        rows.append({"attn": "flash_attention_2", "documents": "-", "seq": seq,
+                     "status": "flash-attn not installed (pip install '.[gpu]')"})  # fmt: skip
     return rows
 
 
@@ -247,9 +291,8 @@ def train_rows(args, device, peak) -> tuple[list[dict], dict]:
     micro = {}
     for checkpointing in sorted({best["checkpointing"], True}):
 
-        def fits(batch, checkpointing=checkpointing):
+        def fits(batch, checkpointing=checkpointing):  # without compile: one compilation per size would dominate
             model, _ = prepare("instella", config_for("instella", args.smoke), best["attn"], device,
-                               compile_backend=args.compile_backend if best["compile"] else None,
                                checkpointing=checkpointing)  # fmt: skip
             result = measure(model, device, batch, args.seq, 1, 1, args.amp, flops_token, peak)
             del model
@@ -461,8 +504,9 @@ def finetune_rows(args, device, peak) -> list[dict]:
             cluster = Cluster(gpus_per_node=1, micro_batch=training.per_device_train_batch_size,
                               seq_len=training.max_length, activation_checkpointing=training.activation_checkpointing,
                               weight_bytes=2 if model_args.use_peft else 4,
-                              lora_r=model_args.lora_r if model_args.use_peft else 0)  # fmt: skip
-            estimate = memory_per_gpu(config, flops.count_params_from_config(config), cluster)["DDP"]["total"]
+                              lora_r=model_args.lora_r if model_args.use_peft else 0, logit_bytes=4,
+                              accumulation=training.gradient_accumulation_steps)  # fmt: skip
+            estimate = memory_per_gpu(config, flops.count_params_from_config(config), cluster)["DDP"]["total"] / GIB
             flops_token = flops.flops_per_token(config, training.max_length)
             rows.append({
                 "recipe": path.relative_to(ROOT).as_posix(), "kind": kind, "status": "ok", "step_s": seconds,
@@ -501,9 +545,15 @@ def report(args, device, results) -> str:
             out.append(f"| {r['attn']} | {r['compile']} | {r['checkpointing']} | {r['step_s']:.3f} "
                        f"[{r['step_s_min']:.3f}, {r['step_s_max']:.3f}] | {r['tokens_per_s']:,.0f} | "
                        f"{fmt(r['mfu'] and 100 * r['mfu'], '.1f')}% | {fmt(r['peak_gib'], '.1f')} |")  # fmt: skip
+        for r in rows:
+            if r.get("compile") and r.get("status") == "ok":
+                out.append(
+                    f"\ntorch.compile ({r['attn']}, checkpointing {r['checkpointing']}): first step "
+                    f"{fmt(r['first_step_s'], '.1f')} s (compilation) vs {r['step_s']:.3f} s per step after."
+                )
         b = info["best"]
         for checkpointing, (n, capped) in info["micro"].items():
-            out.append(f"\nLargest micro-batch at seq {args.seq} ({b['attn']}, compile {b['compile']}, activation "
+            out.append(f"\nLargest micro-batch at seq {args.seq} ({b['attn']}, without compile, activation "
                        f"checkpointing {checkpointing}): **{n}**" + (f" (search capped at {args.max_micro_batch})"
                                                                      if capped else ""))  # fmt: skip
     if "peers" in results:
@@ -531,6 +581,21 @@ def report(args, device, results) -> str:
             out.append(f"| {r['arch']} | {p.get('tokens_per_s', 0):,.0f} | {g.get('tokens_per_s', 0):,.0f} | "
                        f"{g.get('tokens_per_s', 0) / p['tokens_per_s']:.3f} | {fmt(p.get('peak_gib'))} | "
                        f"{fmt(g.get('peak_gib'))} | {fmt(saved, '.0f')}% |")  # fmt: skip
+    if "documents" in results:
+        rows = results["documents"]
+        base = next(r for r in rows if r["documents"].startswith("none") and r.get("status") == "ok")
+        length = args.doc_seq // args.doc_count
+        out += ["", f"### Packed documents: {args.doc_count} x {length:,} tokens in one row of {args.doc_seq:,} "
+                "(micro-batch 1, activation checkpointing) vs plain causal sdpa", "",
+                "| attention | documents given as | step s (median [min, max]) | vs plain causal | peak GiB |",
+                "|---|---|---|---|---|"]  # fmt: skip
+        for r in rows:
+            if r.get("status") != "ok":
+                out.append(f"| {r['attn']} | {r['documents']} | {r['status']} | | |")
+                continue
+            out.append(f"| {r['attn']} | {r['documents']} | {r['step_s']:.3f} [{r['step_s_min']:.3f}, "
+                       f"{r['step_s_max']:.3f}] | {r['step_s'] / base['step_s']:.2f}x | "
+                       f"{fmt(r['peak_gib'])} |")  # fmt: skip
     if "speculative" in results:
         s = results["speculative"]
         out += ["", f"### Speculative decoding costs: AMD-Llama-135m-shaped draft, ~1.1B Llama target ({s['dtype']}, "
@@ -549,7 +614,7 @@ def report(args, device, results) -> str:
     if "finetune" in results:
         out += ["", "### Fine-tune Instella on one GPU: the recipes as written (random-init weights, synthetic chats)",
                 "",
-                "| recipe | step s (median [min, max]) | tokens/step | tokens/s | MFU | peak GiB | sizing GB |",
+                "| recipe | step s (median [min, max]) | tokens/step | tokens/s | MFU | peak GiB | sizing GiB |",
                 "|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in results["finetune"]:
             out.append(f"| `{r['recipe']}` | {r['step_s']:.3f} [{r['step_s_min']:.3f}, {r['step_s_max']:.3f}] | "
@@ -557,7 +622,7 @@ def report(args, device, results) -> str:
                        f"{fmt(r['peak_gib'])} | {r['sizing_gb']:.1f} |")  # fmt: skip
     if "long" in results:
         out += ["", "### Instella-3B at long context on one GPU (micro-batch 1, activation checkpointing, no SP)", "",
-                "| seq | attention | step s (median [min, max]) | tokens/s | MFU | peak GiB | sizing GB |",
+                "| seq | attention | step s (median [min, max]) | tokens/s | MFU | peak GiB | sizing GiB |",
                 "|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in results["long"]:
             if r["status"] != "ok":
@@ -571,10 +636,12 @@ def report(args, device, results) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sections = ["train", "peers", "liger", "speculative", "finetune", "long"]
+    sections = ["train", "peers", "liger", "documents", "speculative", "finetune", "long"]
     parser.add_argument("--sections", nargs="+", default=sections, choices=sections)
     parser.add_argument("--long_seqs", type=int, nargs="+", default=[32768, 65536], help="the long section's lengths")
     parser.add_argument("--seq", type=int, default=4096)
+    parser.add_argument("--doc_seq", type=int, default=32768, help="the documents section's row length")
+    parser.add_argument("--doc_count", type=int, default=8, help="documents per row in the documents section")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--max_micro_batch", type=int, default=64)
@@ -591,12 +658,15 @@ def main(argv=None) -> int:
     if args.smoke:  # toy sizes; compile through dynamo with the eager backend (no C++ toolchain, seconds)
         args.seq, args.steps, args.warmup, args.max_micro_batch, args.compile_backend = 32, 1, 1, 2, "eager"
         args.prompt_tokens, args.new_tokens, args.draft_tokens, args.long_seqs = 8, 4, [2], [64, 128]
+        args.doc_seq, args.doc_count = 64, 4
     elif device.type != "cuda":
         sys.exit("bench_gpu needs a CUDA/ROCm GPU (torch.cuda.is_available() is False); `--smoke` runs on CPU")
     peak = device_peak(device, args.peak_tflops)
     name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (smoke)"
     results = {"device": name, "peak": peak, "args": {k: v for k, v in vars(args).items()}}
-    for section, run in (("train", train_rows), ("peers", peer_rows), ("liger", liger_rows), ("long", long_rows)):
+    runs = (("train", train_rows), ("peers", peer_rows), ("liger", liger_rows), ("documents", document_rows),
+            ("long", long_rows))  # fmt: skip
+    for section, run in runs:
         if section in args.sections:
             results[section] = run(args, device, peak)
     if "speculative" in args.sections:

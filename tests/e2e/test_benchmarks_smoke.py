@@ -84,6 +84,13 @@ def test_bench_gpu_smoke_runs_every_section(tmp_path, capsys):
     assert peers["instella"]["params"] == peers["olmo2"]["params"]  # same ops; Llama lacks only the QK-norm weights
     assert peers["instella"]["params"] - peers["llama"]["params"] == config.num_hidden_layers * 2 * config.hidden_size
     assert all("status" in r or ("plain" in r and "liger" in r) for r in results["liger"])
+    # packed documents: plain causal sdpa, then sdpa and flex with cu_seq_lens and with position_ids restarts
+    docs = results["documents"]
+    measured = [(r["attn"], r["documents"]) for r in docs if r.get("status") == "ok"]
+    assert measured[:3] == [("sdpa", "none (plain causal)"), ("sdpa", "cu_seq_lens"), ("sdpa", "position_ids")]
+    flex = {r["documents"] for r in docs if r["attn"] == "flex_attention"}  # measured on a GPU; on CPU the reason
+    assert flex == {"cu_seq_lens", "position_ids"}
+    assert any(r["attn"] == "flash_attention_2" for r in docs)  # measured, or the reason it was not
     spec = results["speculative"]
     assert spec["assisted"]["identical"] is True
     assert spec["c"] == pytest.approx(spec["decode_s"]["draft"] / spec["decode_s"]["target"])
@@ -97,7 +104,7 @@ def test_bench_gpu_smoke_runs_every_section(tmp_path, capsys):
     assert [r["seq"] for r in long_rows] == [64, 128] and all(r["status"] == "ok" for r in long_rows)
     assert long_rows[0]["sizing_gb"] < long_rows[1]["sizing_gb"]  # activations grow with the length
     report = capsys.readouterr().out
-    assert "at long context on one GPU" in report
+    assert "at long context on one GPU" in report and "### Packed documents: 4 x 16 tokens" in report
     assert "MFU" in report and "Largest micro-batch" in report and "bound at a = 0.66" in report
     assert "Instella-3B train step (" in report and "0.000B" not in report  # toy sizes read as K/M, not 0.000B
     assert "finetune-lora-1gpu.yaml" in report
