@@ -37,6 +37,7 @@ applied them), rather than `ignore_mismatched_sizes=True`, which turns the whole
 import torch
 from huggingface_hub.dataclasses import strict
 from torch import nn
+from torch.nn.attention.flex_attention import create_block_mask
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
@@ -46,6 +47,7 @@ from transformers.masking_utils import (
     causal_mask_function,
     find_packed_sequence_indices,
     packed_sequence_mask_function,
+    padding_mask_function,
 )
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast
@@ -331,6 +333,13 @@ class InstellaModel(InstellaPreTrainedModel, LlamaModel):
             kv_length, kv_offset = sizes
             padded = torch.nn.functional.pad(documents, (0, kv_length - length), value=-1)  # a static cache's tail
             same_document = and_masks(causal_mask_function, packed_sequence_mask_function(padded))
+            if implementation == "flex_attention" and torch.compiler.is_compiling():
+                # transformers' flex_attention_mask asks `create_block_mask(_compile=True)`, which torch 2.13
+                # deprecates with a warning: a graph break inside a compiled forward. There the plain call is
+                # traced into the graph (compiled with it), so the mask is the same and the graph stays whole.
+                if attention_mask is not None:
+                    same_document = and_masks(same_document, padding_mask_function(attention_mask.bool()))
+                return create_block_mask(same_document, batch, None, length, kv_length, device=documents.device)
             return ALL_MASK_ATTENTION_FUNCTIONS[implementation](
                 batch_size=batch, q_length=length, kv_length=kv_length, q_offset=0, kv_offset=kv_offset,
                 mask_function=same_document, attention_mask=attention_mask, allow_is_causal_skip=False, dtype=dtype,
