@@ -32,6 +32,15 @@ applied them), rather than `ignore_mismatched_sizes=True`, which turns the whole
   (those tensors are then initialised: ones for a norm); every other key is still checked;
 - keys stored under other names: `from_pretrained(path, key_mapping={r"^old\.prefix\.": "model."})` renames them
   as they load (regex -> replacement), and the renamed keys are checked like any other.
+
+Packed documents (several documents in one row) never see each other. They are given as flash-attention varlen
+boundaries (`cu_seq_lens_q/k`) or as position_ids restarting per document with no 2D mask (transformers' rule; here
+also in an evaluation prefill with an empty KV cache, where transformers skips it). `InstellaModel` builds the
+causal same-document mask with transformers' own mask builders for eager / sdpa (dense) and flex_attention (a
+block-sparse `BlockMask`: only the documents' diagonal blocks are computed); the flash kernels read the boundaries
+themselves; any other implementation refuses packed input in one line unless its attention function declares
+`handles_documents = True`. `attn_implementation="flash_or_flex"` takes flash_attention_2 where flash-attn is
+installed and flex_attention otherwise: the setting for long-context and packed runs.
 """
 
 import torch

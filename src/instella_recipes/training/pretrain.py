@@ -127,7 +127,7 @@ class PretrainArguments(StageSettings, MDSStreamsArguments, SequenceParallelArgu
         default=5, metadata={"role": RUN, "help": "Stop after this many bad steps in a row."}
     )
     attn_implementation: str | None = field(
-        default="sdpa", metadata={"role": RUN, "help": "sdpa, flash_attention_2, eager."}
+        default="sdpa", metadata={"role": RUN, "help": "sdpa, flash_attention_2, flex_attention, flash_or_flex, eager"}
     )
     model_dtype: str | None = field(
         default=None, metadata={"role": RUN, "help": "Parameter dtype (default float32 masters)."}
