@@ -118,3 +118,24 @@ def test_flash_or_flex_picks_the_installed_one():
     expected = "flash_attention_2" if is_flash_attn_2_available() else "flex_attention"
     # private: the resolved name, as transformers' models read it [test_private_apis]
     assert model.config._attn_implementation == expected
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="flex_attention's backward is not implemented on CPU")
+def test_flex_document_gradients_equal_each_document_alone_on_gpu():
+    """The packed row's summed loss has the gradients of the documents' summed losses (fp32, compiled flex)."""
+    docs, packed, positions = packed_documents()
+    grads = []
+    for pack in (True, False):
+        model = tiny_model().cuda().train()
+        model.set_attn_implementation("flex_attention")
+        rows = [(packed, positions)] if pack else [(d[None], torch.arange(len(d))[None]) for d in docs]
+        for ids, pos in rows:
+            logits = model(ids.cuda(), position_ids=pos.cuda()).logits[0, :-1]
+            targets = ids.cuda()[0, 1:].clone()
+            if pack:  # no target across a document border, as each document alone has none
+                targets[torch.tensor(LENGTHS).cumsum(0)[:-1].cuda() - 1] = -100
+            torch.nn.functional.cross_entropy(logits, targets, reduction="sum").backward()
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    for name, grad in grads[0].items():
+        assert torch.allclose(grad, grads[1][name], rtol=1e-3, atol=1e-4), name

@@ -137,3 +137,22 @@ def test_liger_loss_and_gradients_equal_plain_on_gpu():
         assert torch.allclose(a, b, rtol=1e-2), (a, b)
     for name, grad in plain_grads.items():
         assert torch.allclose(grad, liger_grads[name], rtol=5e-2, atol=5e-3), name
+
+
+@needs_liger
+def test_class_level_patch_builds_liger_modules_for_later_models(monkeypatch):
+    """liger's other form (`model=None`, before a model is built): the names modeling_instella builds from."""
+    from liger_kernel.transformers.rms_norm import LigerRMSNorm
+    from liger_kernel.transformers.swiglu import LigerSwiGLUMLP
+
+    import modeling_instella.modeling_instella as modeling
+
+    for name in ("InstellaRMSNorm", "InstellaMLP"):  # restored after the test
+        monkeypatch.setattr(modeling, name, getattr(modeling, name))
+    monkeypatch.setattr(modeling.InstellaForCausalLM, "forward", modeling.InstellaForCausalLM.forward)
+    liger.apply_liger_kernel_to_instella()
+    model = modeling.InstellaForCausalLM(tiny_config())
+    norms = [m for m in model.modules() if isinstance(m, LigerRMSNorm)]
+    assert len(norms) == 1 + 4 * model.config.num_hidden_layers
+    assert all(n.casting_mode == "llama" and not n.in_place for n in norms)
+    assert all(isinstance(layer.mlp, LigerSwiGLUMLP) for layer in model.model.layers)
