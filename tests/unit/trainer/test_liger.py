@@ -156,3 +156,15 @@ def test_class_level_patch_builds_liger_modules_for_later_models(monkeypatch):
     assert len(norms) == 1 + 4 * model.config.num_hidden_layers
     assert all(n.casting_mode == "llama" and not n.in_place for n in norms)
     assert all(isinstance(layer.mlp, LigerSwiGLUMLP) for layer in model.model.layers)
+
+
+def test_a_recipe_with_use_liger_kernel_on_a_cpu_machine_is_refused_at_parse_time(monkeypatch):
+    """Through the stage's own parser (what scripts/sft.py runs first): the recipe file named, before any work."""
+    from instella_recipes.core import parse_recipe
+    from instella_recipes.post_training.run import CheckedModelConfig
+    from instella_recipes.post_training.sft import CheckedSFTConfig
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    argv = ["--config", "recipes/tiny/sft.yaml", "--use_liger_kernel", "true"]
+    with pytest.raises(RecipeError, match=r"^recipes/tiny/sft.yaml: use_liger_kernel: true needs the liger-kernel"):
+        parse_recipe([CheckedSFTConfig, CheckedModelConfig], argv)
