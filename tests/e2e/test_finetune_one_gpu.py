@@ -90,8 +90,10 @@ def test_the_docs_memory_table_is_what_sizing_computes():
     for kind, path in RECIPES.items():
         recipe = yaml.safe_load(path.read_text())
         lora = recipe.get("lora_r", 0) if recipe.get("use_peft") else 0
+        # logit_bytes 4: TRL's fused LM head; the recipes accumulate gradients over micro-steps
         common = dict(gpus_per_node=1, micro_batch=recipe["per_device_train_batch_size"], seq_len=recipe["max_length"],
-                      weight_bytes=2 if recipe["dtype"] == "bfloat16" else 4, lora_r=lora)  # fmt: skip
+                      weight_bytes=2 if recipe["dtype"] == "bfloat16" else 4, lora_r=lora,
+                      logit_bytes=4, accumulation=recipe["gradient_accumulation_steps"])  # fmt: skip
         with_ckpt = memory_per_gpu(config, counts, Cluster(**common, activation_checkpointing=True))["DDP"]
         without = memory_per_gpu(config, counts, Cluster(**common, activation_checkpointing=False))["DDP"]
         cells = [with_ckpt[k] for k in ("weights", "gradients", "optimizer", "activations", "total")]
