@@ -36,6 +36,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from accelerate.data_loader import prepare_data_loader
 from torch.distributed.nn.functional import all_to_all
+from torch.nn.attention.flex_attention import create_block_mask
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import (
@@ -221,9 +222,11 @@ class SequenceParallel:
                 doc = doc[:, lo:hi]
             doc = doc.to(device)
             same_document = and_masks(causal_mask_function, packed_sequence_mask_function(doc))
-            self._masks[("flex", local)] = flex_attention_mask(
-                1, doc.shape[-1], doc.shape[-1], mask_function=same_document, device=device
-            )
+            if torch.compiler.is_compiling():  # transformers' `_compile=True` warns in torch 2.13: a graph break
+                mask = create_block_mask(same_document, 1, None, doc.shape[-1], doc.shape[-1], device=device)
+            else:
+                mask = flex_attention_mask(1, doc.shape[-1], doc.shape[-1], mask_function=same_document, device=device)
+            self._masks[("flex", local)] = mask
         return self._masks[("flex", local)]
 
     def segment_lengths(self, local: bool) -> torch.Tensor:
