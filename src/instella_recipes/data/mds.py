@@ -29,7 +29,7 @@ import itertools
 import json
 import sys
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import datasets
@@ -37,6 +37,8 @@ import numpy as np
 import torch
 
 from instella_recipes.core import RecipeError, file_digest, get_logger
+
+from . import mds_checks
 
 logger = get_logger(__name__)
 
@@ -109,8 +111,11 @@ def check_mds_folder(folder: Path, digest: str | None) -> dict:
     try:
         index = json.loads(index_path.read_text())
         shards = index["shards"]
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise RecipeError(f"mds_streams: {index_path} is not a streaming index ({err})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
+        raise RecipeError(f"mds_streams: {index_path} is not a streaming index ({err}): {mds_checks.REDO}") from None
+    if not isinstance(shards, list) or not shards or not all(isinstance(shard, dict) for shard in shards):
+        raise RecipeError(f"mds_streams: {index_path} lists no shards (its 'shards' is {str(shards)[:60]}): "
+                          f"{mds_checks.REDO}")  # fmt: skip
     for shard in shards:
         if shard.get("format") != "mds" or "input_ids" not in shard.get("column_names", []):
             raise RecipeError(
@@ -131,12 +136,26 @@ def check_mds_folder(folder: Path, digest: str | None) -> dict:
     return index
 
 
-def check_mds_streams(entries: list[str], root: str | Path | None, digest: str | None) -> list:
-    """Every folder of `entries` checked (`check_mds_folder`); returns the parsed (folder, proportion) list."""
+def check_mds_streams(entries: list[str], root: str | Path | None, digest: str | None, vocab_size=None) -> list:
+    """Every folder of `entries` checked (`check_mds_data`); returns the parsed (folder, proportion) list."""
+    return check_mds_data(entries, root, digest, vocab_size)[0]
+
+
+def check_mds_data(entries: list[str], root: str | Path | None, digest: str | None,
+                   vocab_size: int | Callable[[], int] | None = None) -> tuple[list, list]:  # fmt: skip
+    """Every folder of `entries` checked before any work: its index and tokenizer record (`check_mds_folder`, all
+    folders first), then its shards against the index, their checksums, token ids (below `vocab_size`, or what the
+    callable returns: the tokenizer is loaded only once the folders are known to be its) and document spans
+    (`mds_checks.check_shards`, full reads within the start-up budget). Returns the parsed (folder, proportion) list
+    and the shards' identities for the data fingerprint."""
     streams = parse_streams(entries, root)
-    for folder, _ in streams:
-        check_mds_folder(folder, digest)
-    return streams
+    indexes = [check_mds_folder(folder, digest) for folder, _ in streams]
+    vocab = vocab_size() if callable(vocab_size) else vocab_size
+    budget, files = mds_checks.Budget(), []
+    for (folder, _), index in zip(streams, indexes):
+        files += mds_checks.check_shards(folder, index, vocab, budget)
+    budget.warn()
+    return streams, files
 
 
 def pack_rows(documents: Iterable, seq_len: int) -> Iterator[dict]:
@@ -185,7 +204,8 @@ def write_mds(out: str | Path, rows: Iterable[dict], tokenizer_path: str | Path)
         raise RecipeError(f"no rows to write to {out}: the text is shorter than one row")
     columns = {**COLUMNS, **(LABEL_MASK_COLUMN if "label_mask" in first else {})}
     count = 0
-    with streaming.MDSWriter(out=str(out), columns=columns, compression=None) as writer:
+    # xxh3_128 of each shard in index.json: readers check it (`mds_checks`); it costs a pass at memory speed
+    with streaming.MDSWriter(out=str(out), columns=columns, compression=None, hashes=["xxh3_128"]) as writer:
         for row in itertools.chain([first], rows):
             writer.write({key: np.asarray(row[key], dtype=columns[key].split(":")[1]) for key in columns})
             count += 1
@@ -201,7 +221,9 @@ def streaming_dataset(streams: list, seed: int, batch_size: int, epoch_size: int
     reading the same rows (`replication`). The shuffle also depends on `num_canonical_nodes`; None (the authors')
     is streaming's default, the nodes of the launch over the replication."""
     streaming = import_streaming()
-    return streaming.StreamingDataset(
+    from .mds_dataset import CheckedStreamingDataset  # imports streaming at module level: only once it is known here
+
+    return CheckedStreamingDataset(
         streams=[streaming.Stream(local=str(folder), proportion=p) for folder, p in streams],
         shuffle=True,
         shuffle_seed=seed,
@@ -225,6 +247,10 @@ class MDSCollator:
 
     def _spans(self, item: dict, n: int) -> list[tuple[int, int]]:
         spans = item.get("indices")
+        problem = mds_checks.span_problem(spans, n) if spans is not None else None
+        if problem:  # a row past the start-up budget's full read (mds_checks): the same line, mid-run
+            raise RecipeError(f"mds_streams: a row of the MDS folders: {problem}: write the folder again with "
+                              f"(start, end) spans sorted, not overlapping, inside the row")  # fmt: skip
         spans = [(0, n)] if spans is None or len(spans) == 0 else np.asarray(spans).reshape(-1, 2).tolist()
         kept, left = [], self.seq_len
         for start, end in spans:

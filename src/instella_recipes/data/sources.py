@@ -30,7 +30,15 @@ from pathlib import Path
 import datasets
 import numpy as np
 
-from instella_recipes.core import RecipeError, check_path_length, check_range, environment_cause, iter_jsonl
+from instella_recipes.core import (
+    RecipeError,
+    check_path_length,
+    check_range,
+    environment_cause,
+    fast_digest,
+    iter_jsonl,
+)
+from instella_recipes.data.integrity import sample_digest
 from instella_recipes.data.tiny_world import TinyWorld
 
 _BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".txt": "text"}
@@ -153,6 +161,29 @@ def fingerprint(spec: SourceSpec) -> dict:
                 handle.seek(-(1 << 20), 2)
                 digest.update(handle.read())
         out[str(path)] = {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256_head_tail": digest.hexdigest()}
+    return out
+
+
+# A run's identity hashes its local source files in full while they add up to this many bytes (a fraction of a
+# second), then samples the rest (`integrity.sample_digest`): fixed, so the identity of the same files never changes.
+IDENTITY_FULL_BYTES = 1 << 30
+SOURCE_KIND = "sources file"  # the noun a refused resume names a changed file with (`describe_data_change`)
+
+
+def source_identities(raw_sources) -> list:
+    """`[path, bytes, content digest, SOURCE_KIND]` for every local data file of a recipe's `sources` (SFT, DPO,
+    GRPO), for resume checks: a file rewritten in place, even at the same size, gives another digest. The embedded
+    TinyWorld data and Hub ids (named with their revision in the recipe) have no file here."""
+    out, left = [], IDENTITY_FULL_BYTES
+    for i, raw in enumerate(raw_sources or []):
+        spec = SourceSpec.from_recipe(i, raw)
+        if spec.tiny_world is not None or not spec.path:
+            continue
+        for path in local_files(spec) or []:
+            size = path.stat().st_size
+            whole = size <= left
+            left -= size if whole else 0
+            out.append([str(path), size, fast_digest(path) if whole else sample_digest(path), SOURCE_KIND])
     return out
 
 

@@ -159,6 +159,7 @@ class SFTStage(PostTrainingStage):
         self.mds_rows, manifest = mds_rows_for(
             args, args.tokenizer_name_or_path or self.model_args.model_name_or_path, args.max_length, "max_length",
             per_step, document_masking=True,
+            vocab_size=lambda: len(load_tokenizer_with_template(args, self.model_args)),
         )  # fmt: skip
         tokenizer = load_tokenizer_with_template(args, self.model_args)  # after the folders' tokenizer check
         args.dataset_kwargs = {**(args.dataset_kwargs or {}), "skip_prepare_dataset": True}  # tokenised and packed
@@ -167,12 +168,17 @@ class SFTStage(PostTrainingStage):
             f"{', '.join(args.mds_streams)}, cut at {args.max_length} tokens"
         )
         report = {"mds_streams": list(args.mds_streams), "data_fingerprint": manifest["fingerprint"],
-                  "rows": len(self.mds_rows), "summary": summary}  # fmt: skip
+                  "data_files": manifest["files"], "rows": len(self.mds_rows), "summary": summary}  # fmt: skip
         return PostTrainingData(tokenizer, self.mds_rows.iterable_dataset(), report)
 
     def data_fingerprint(self, data: PostTrainingData | None) -> str | None:
         """mds_streams: the folders, proportions and index digests; a chat mixture: None (its `data` fields)."""
         return data.report.get("data_fingerprint") if data is not None else None
+
+    def data_files(self, data: PostTrainingData | None) -> list | None:
+        """mds_streams: the shards (to name a changed one); a chat mixture: its source files (`Stage`)."""
+        files = data.report.get("data_files") if data is not None else None
+        return files if files is not None else super().data_files(data)
 
     def build_trainer(self, data, model, callbacks: list):
         self.sequence_parallel = sequence_parallel_for(self.args, self.args, model.config, None)

@@ -67,22 +67,27 @@ def check_mds_lengths(args, seq_len: int | None, seq_len_field: str) -> None:
 
 
 def mds_rows_for(args, tokenizer_path, seq_len: int | None, seq_len_field: str, rows_per_step: int,
-                 document_masking: bool) -> tuple[mds.MDSRows, dict]:  # fmt: skip
+                 document_masking: bool, vocab_size=None) -> tuple[mds.MDSRows, dict]:  # fmt: skip
     """The MDS folders of `args.mds_streams`, checked before any work (streaming installed, each folder present,
-    MDS, written with the run's tokenizer), read as the authors do: `epoch_size` = the unique rows of `max_steps`
-    steps (their global batch x steps / SP size), `replication` = the SP size. Returns the rows and the data's
-    manifest (`fingerprint` over the folders, their proportions and index digests; `instances`)."""
+    MDS, written with the run's tokenizer, its shards as index.json lists them, token ids below `vocab_size` (an int
+    or a callable giving it: `mds.check_mds_data`) and document spans sound), read as the authors do:
+    `epoch_size` = the unique rows of `max_steps` steps (their global batch x steps / SP size), `replication` = the
+    SP size. Returns the rows and the data's manifest (`fingerprint` over the folders, their proportions, index
+    digests and each shard's size and sampled content; `files`, the shards, to name a changed one; `instances`)."""
     check_mds_lengths(args, seq_len, seq_len_field)
     if not tokenizer_path:
         raise RecipeError("mds_streams needs tokenizer: the tokenizer the MDS rows were written with")
     mds.import_streaming()  # not installed: named here, before any work
-    streams = mds.check_mds_streams(args.mds_streams, args.data_root, mds.tokenizer_digest(tokenizer_path))
-    items = [[str(folder), p, file_digest(folder / "index.json")] for folder, p in streams]
+    streams, files = mds.check_mds_data(
+        args.mds_streams, args.data_root, mds.tokenizer_digest(tokenizer_path), vocab_size
+    )
+    items = [[str(folder), p, file_digest(folder / "index.json")] for folder, p in streams] + files
     rows = mds.MDSRows(
         streams, seq_len, document_masking, args.seed, args.per_device_train_batch_size,
         rows_per_step * args.max_steps, getattr(args, "sequence_parallel_size", 1), args.num_canonical_nodes,
     )  # fmt: skip
-    manifest = {"fingerprint": hashlib.sha256(json.dumps(items).encode()).hexdigest(), "instances": len(rows)}
+    manifest = {"fingerprint": hashlib.sha256(json.dumps(items).encode()).hexdigest(), "instances": len(rows),
+                "files": files}  # fmt: skip
     return rows, manifest
 
 
