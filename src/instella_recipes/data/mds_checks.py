@@ -27,7 +27,7 @@ import numpy as np
 from instella_recipes.core import RecipeError, get_logger
 from instella_recipes.core.manifest import VERIFY_BYTES
 
-from .integrity import sample_digest
+from .integrity import content_digests
 
 logger = get_logger(__name__)
 
@@ -194,8 +194,8 @@ class Budget:
 def check_shards(folder: Path, index: dict, vocab_size: int | None = None, budget: Budget | None = None) -> list:
     """Every shard of one MDS folder (module docstring), a `RecipeError` naming the folder, shard (and row) and what
     to do at the first problem. Returns the shards' identities for the run's data fingerprint:
-    `[path, bytes, integrity.sample_digest, SHARD_KIND]` each (a shard rewritten with other tokens of the same size
-    differs)."""
+    `[path, bytes, content digest, SHARD_KIND]` each (`integrity.content_digests`: a shard rewritten with other
+    tokens of the same size differs)."""
     budget = budget or Budget()
     index_path = folder / "index.json"
     files = []
@@ -219,5 +219,5 @@ def check_shards(folder: Path, index: dict, vocab_size: int | None = None, budge
             _check_hashes(data, record.get("hashes"), where)
             if offsets is not None:
                 _check_rows(data, offsets, shard, vocab_size, where)
-        files.append([str(path), size, sample_digest(path), SHARD_KIND])
-    return files
+        files.append(path)
+    return [[str(p), p.stat().st_size, digest, SHARD_KIND] for p, digest in zip(files, content_digests(files))]

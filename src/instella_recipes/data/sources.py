@@ -35,10 +35,9 @@ from instella_recipes.core import (
     check_path_length,
     check_range,
     environment_cause,
-    fast_digest,
     iter_jsonl,
 )
-from instella_recipes.data.integrity import sample_digest
+from instella_recipes.data.integrity import content_digests
 from instella_recipes.data.tiny_world import TinyWorld
 
 _BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".txt": "text"}
@@ -164,27 +163,21 @@ def fingerprint(spec: SourceSpec) -> dict:
     return out
 
 
-# A run's identity hashes its local source files in full while they add up to this many bytes (a fraction of a
-# second), then samples the rest (`integrity.sample_digest`): fixed, so the identity of the same files never changes.
-IDENTITY_FULL_BYTES = 1 << 30
 SOURCE_KIND = "sources file"  # the noun a refused resume names a changed file with (`describe_data_change`)
 
 
 def source_identities(raw_sources) -> list:
     """`[path, bytes, content digest, SOURCE_KIND]` for every local data file of a recipe's `sources` (SFT, DPO,
-    GRPO), for resume checks: a file rewritten in place, even at the same size, gives another digest. The embedded
-    TinyWorld data and Hub ids (named with their revision in the recipe) have no file here."""
-    out, left = [], IDENTITY_FULL_BYTES
+    GRPO), for resume checks (`integrity.content_digests`): a file rewritten in place, even at the same size, gives
+    another digest. The embedded TinyWorld data and Hub ids (named with their revision in the recipe) have no file
+    here."""
+    paths = []
     for i, raw in enumerate(raw_sources or []):
         spec = SourceSpec.from_recipe(i, raw)
-        if spec.tiny_world is not None or not spec.path:
-            continue
-        for path in local_files(spec) or []:
-            size = path.stat().st_size
-            whole = size <= left
-            left -= size if whole else 0
-            out.append([str(path), size, fast_digest(path) if whole else sample_digest(path), SOURCE_KIND])
-    return out
+        if spec.tiny_world is None and spec.path:
+            paths += local_files(spec) or []
+    digests = content_digests(paths)
+    return [[str(path), path.stat().st_size, digest, SOURCE_KIND] for path, digest in zip(paths, digests)]
 
 
 def find_bad_json_line(files: list[Path]) -> str | None:
