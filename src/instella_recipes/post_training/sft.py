@@ -159,7 +159,6 @@ class SFTStage(PostTrainingStage):
         self.mds_rows, manifest = mds_rows_for(
             args, args.tokenizer_name_or_path or self.model_args.model_name_or_path, args.max_length, "max_length",
             per_step, document_masking=True,
-            vocab_size=lambda: len(load_tokenizer_with_template(args, self.model_args)),
         )  # fmt: skip
         tokenizer = load_tokenizer_with_template(args, self.model_args)  # after the folders' tokenizer check
         args.dataset_kwargs = {**(args.dataset_kwargs or {}), "skip_prepare_dataset": True}  # tokenised and packed

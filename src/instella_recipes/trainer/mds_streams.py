@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 from instella_recipes.core import RecipeError, file_digest
 from instella_recipes.core.checks import check_range
 from instella_recipes.data import mds
+from instella_recipes.data.tokenizer import load_tokenizer
 
 from .settings import DATA, RUN
 
@@ -67,10 +68,11 @@ def check_mds_lengths(args, seq_len: int | None, seq_len_field: str) -> None:
 
 
 def mds_rows_for(args, tokenizer_path, seq_len: int | None, seq_len_field: str, rows_per_step: int,
-                 document_masking: bool, vocab_size=None) -> tuple[mds.MDSRows, dict]:  # fmt: skip
+                 document_masking: bool) -> tuple[mds.MDSRows, dict]:  # fmt: skip
     """The MDS folders of `args.mds_streams`, checked before any work (streaming installed, each folder present,
-    MDS, written with the run's tokenizer, its shards as index.json lists them, token ids below `vocab_size` (an int
-    or a callable giving it: `mds.check_mds_data`) and document spans sound), read as the authors do:
+    MDS, written with the run's tokenizer, its shards as index.json lists them, token ids within the tokenizer's
+    (loaded once the folders are known to be its) and document spans sound: `mds.check_mds_data`), read as the
+    authors do:
     `epoch_size` = the unique rows of `max_steps` steps (their global batch x steps / SP size), `replication` = the
     SP size. Returns the rows and the data's manifest (`fingerprint` over the folders, their proportions, index
     digests and each shard's size and sampled content; `files`, the shards, to name a changed one; `instances`)."""
@@ -79,7 +81,7 @@ def mds_rows_for(args, tokenizer_path, seq_len: int | None, seq_len_field: str, 
         raise RecipeError("mds_streams needs tokenizer: the tokenizer the MDS rows were written with")
     mds.import_streaming()  # not installed: named here, before any work
     streams, files = mds.check_mds_data(
-        args.mds_streams, args.data_root, mds.tokenizer_digest(tokenizer_path), vocab_size
+        args.mds_streams, args.data_root, mds.tokenizer_digest(tokenizer_path), lambda: _vocab_size(tokenizer_path)
     )
     items = [[str(folder), p, file_digest(folder / "index.json")] for folder, p in streams] + files
     rows = mds.MDSRows(
@@ -89,6 +91,14 @@ def mds_rows_for(args, tokenizer_path, seq_len: int | None, seq_len_field: str, 
     manifest = {"fingerprint": hashlib.sha256(json.dumps(items).encode()).hexdigest(), "instances": len(rows),
                 "files": files}  # fmt: skip
     return rows, manifest
+
+
+def _vocab_size(tokenizer_path) -> int:
+    """The ids of the run's tokenizer (its added tokens included), for the MDS rows' token-id check."""
+    try:
+        return len(load_tokenizer(tokenizer_path))
+    except (OSError, ValueError) as err:
+        raise RecipeError(f"tokenizer {tokenizer_path}: {err}") from None
 
 
 class StreamingRowsMixin:

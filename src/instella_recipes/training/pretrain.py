@@ -292,8 +292,7 @@ def _token_files_and_tokenizer(script: PretrainArguments):
 def _mds_and_tokenizer(script: PretrainArguments, rows_per_step: int):
     """MDS folders named by `mds_streams`, checked before any work and read as the authors do (`mds_rows_for`)."""
     tok_path = script.tokenizer or script.model_name_or_path
-    rows, manifest = mds_rows_for(script, tok_path, script.seq_len, "seq_len", rows_per_step, script.document_masking,
-                                  vocab_size=lambda: len(_load_tokenizer(tok_path)))  # fmt: skip
+    rows, manifest = mds_rows_for(script, tok_path, script.seq_len, "seq_len", rows_per_step, script.document_masking)
     return rows, manifest, _load_tokenizer(tok_path)
 
 
