@@ -241,9 +241,10 @@ class MDSCollator:
     the kept input_ids with `label_mask`-dropped targets at -100; with document masking `position_ids` restart at
     each kept span (transformers' per-document attention, their `doc_lens`)."""
 
-    def __init__(self, seq_len: int, document_masking: bool):
+    def __init__(self, seq_len: int, document_masking: bool, vocab_size: int | None = None):
         self.seq_len = seq_len
         self.document_masking = document_masking
+        self.vocab_size = vocab_size  # set: a row with a larger id stops the run with one line (past the budget)
 
     def _spans(self, item: dict, n: int) -> list[tuple[int, int]]:
         spans = item.get("indices")
@@ -264,6 +265,10 @@ class MDSCollator:
 
     def row(self, item: dict) -> dict:
         all_ids = np.asarray(item["input_ids"], dtype=np.int64)
+        if self.vocab_size is not None and all_ids.size and int(all_ids.max()) >= self.vocab_size:
+            raise RecipeError(f"mds_streams: a row of the MDS folders holds token id {int(all_ids.max())}, beyond the "
+                              f"tokenizer's {self.vocab_size} ids: set tokenizer to the one the folders were written "
+                              f"with")  # fmt: skip
         spans = self._spans(item, len(all_ids))
         ids = torch.from_numpy(np.concatenate([all_ids[a:b] for a, b in spans]))
         labels = ids.clone()

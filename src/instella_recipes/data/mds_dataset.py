@@ -5,7 +5,8 @@ Why a subclass: streaming prepares shards in two background threads per epoch; a
 or damaged after the start-up checks, `mds_checks`) is raised inside a future's done-callback, where
 `concurrent.futures` only logs it, and the epoch then simply ends. A run would train 0 steps (or fewer rows than
 asked) and finish as if complete. `on_exception` is streaming's public hook for exactly those futures: it records
-the error here, and `__iter__` raises it as one `RecipeError` once the epoch stops.
+the error here (instead of a traceback in the log), and `__iter__` raises it as one `RecipeError` once the epoch
+stops.
 """
 
 from streaming import StreamingDataset
@@ -22,7 +23,10 @@ class CheckedStreamingDataset(StreamingDataset):
         error = future.exception()
         if error is not None and self.thread_error is None:
             self.thread_error = error  # before streaming sets its event, which ends the epoch's loop
-        super().on_exception(future)
+        try:
+            super().on_exception(future)  # sets the event, then re-raises into `concurrent.futures`, which logs it
+        except BaseException:  # noqa: BLE001 - recorded above and raised once, as one line, by `__iter__`
+            pass
 
     def __iter__(self):
         self.thread_error = None

@@ -72,33 +72,41 @@ def mds_rows_for(args, tokenizer_path, seq_len: int | None, seq_len_field: str, 
     """The MDS folders of `args.mds_streams`, checked before any work (streaming installed, each folder present,
     MDS, written with the run's tokenizer, its shards as index.json lists them, token ids within the tokenizer's
     (loaded once the folders are known to be its) and document spans sound: `mds.check_mds_data`), read as the
-    authors do:
-    `epoch_size` = the unique rows of `max_steps` steps (their global batch x steps / SP size), `replication` = the
-    SP size. Returns the rows and the data's manifest (`fingerprint` over the folders, their proportions, index
-    digests and each shard's size and sampled content; `files`, the shards, to name a changed one; `instances`)."""
+    authors do: `epoch_size` = the unique rows of `max_steps` steps (their global batch x steps / SP size),
+    `replication` = the SP size. Returns the rows and the data's manifest (`fingerprint` over the folders, their
+    proportions, index digests and each shard's size and content digest; `files`, the shards, to name a changed one;
+    `instances`)."""
     check_mds_lengths(args, seq_len, seq_len_field)
     if not tokenizer_path:
         raise RecipeError("mds_streams needs tokenizer: the tokenizer the MDS rows were written with")
     mds.import_streaming()  # not installed: named here, before any work
-    streams, files = mds.check_mds_data(
-        args.mds_streams, args.data_root, mds.tokenizer_digest(tokenizer_path), lambda: _vocab_size(tokenizer_path)
-    )
+    vocab = _VocabSize(tokenizer_path)
+    streams, files = mds.check_mds_data(args.mds_streams, args.data_root, mds.tokenizer_digest(tokenizer_path), vocab)
     items = [[str(folder), p, file_digest(folder / "index.json")] for folder, p in streams] + files
     rows = mds.MDSRows(
         streams, seq_len, document_masking, args.seed, args.per_device_train_batch_size,
         rows_per_step * args.max_steps, getattr(args, "sequence_parallel_size", 1), args.num_canonical_nodes,
     )  # fmt: skip
+    rows.collator.vocab_size = vocab()  # rows past the start-up budget's full read: checked as they are read
     manifest = {"fingerprint": hashlib.sha256(json.dumps(items).encode()).hexdigest(), "instances": len(rows),
                 "files": files}  # fmt: skip
     return rows, manifest
 
 
-def _vocab_size(tokenizer_path) -> int:
-    """The ids of the run's tokenizer (its added tokens included), for the MDS rows' token-id check."""
-    try:
-        return len(load_tokenizer(tokenizer_path))
-    except (OSError, ValueError) as err:
-        raise RecipeError(f"tokenizer {tokenizer_path}: {err}") from None
+class _VocabSize:
+    """The ids of the run's tokenizer (its added tokens included), loaded on the first call only, for the MDS rows'
+    token-id checks."""
+
+    def __init__(self, tokenizer_path):
+        self.path, self.size = tokenizer_path, None
+
+    def __call__(self) -> int:
+        if self.size is None:
+            try:
+                self.size = len(load_tokenizer(self.path))
+            except (OSError, ValueError) as err:
+                raise RecipeError(f"tokenizer {self.path}: {err}") from None
+        return self.size
 
 
 class StreamingRowsMixin:

@@ -180,3 +180,10 @@ def test_a_changed_shard_or_source_file_is_named_when_a_resume_is_refused(good, 
     assert len(first) == 1 and describe_data_change(first, second) == (
         f"; sources file {prompts} has other contents than when the checkpoints were written (same size, other bytes)"
     )
+
+
+def test_past_the_budget_the_collator_refuses_ids_beyond_the_tokenizer():
+    row = next(_rows())
+    with pytest.raises(RecipeError, match=r"holds token id 17, beyond the tokenizer's 10 ids"):
+        mds.MDSCollator(SEQ, document_masking=True, vocab_size=10)([row])
+    assert mds.MDSCollator(SEQ, document_masking=True, vocab_size=18)([row])["input_ids"].shape == (1, SEQ)
