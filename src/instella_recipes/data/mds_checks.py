@@ -191,6 +191,25 @@ class Budget:
             )
 
 
+def _check_file(path: Path, record: dict, shard: dict | None, vocab_size: int | None, budget: Budget) -> None:
+    """One shard file against its `index.json` record (`raw_data` or `zip_data`): its size, and within the budget
+    its checksums; a raw shard (`shard` given) also its header and, within the budget, its rows."""
+    where = f"{path.parent}: shard {path.name}"
+    size = path.stat().st_size
+    if record.get("bytes") is not None and size != record["bytes"]:
+        raise RecipeError(f"mds_streams: {where} is {size} bytes, index.json says {record['bytes']} (truncated or "
+                          f"replaced): {REDO}")  # fmt: skip
+    samples = shard.get("samples") if shard is not None else None
+    if shard is not None and (not isinstance(samples, int) or samples < 0):
+        raise RecipeError(f"mds_streams: {where}: index.json gives its row count as {samples!r}: {REDO}")
+    offsets = _header(path, samples, size, where) if shard is not None else None
+    if budget.take(size):
+        data = path.read_bytes()
+        _check_hashes(data, record.get("hashes"), where)
+        if offsets is not None:
+            _check_rows(data, offsets, shard, vocab_size, where)
+
+
 def check_shards(folder: Path, index: dict, vocab_size: int | None = None, budget: Budget | None = None) -> list:
     """Every shard of one MDS folder (module docstring), a `RecipeError` naming the folder, shard (and row) and what
     to do at the first problem. Returns the shards' identities for the run's data fingerprint:
@@ -202,22 +221,12 @@ def check_shards(folder: Path, index: dict, vocab_size: int | None = None, budge
     for shard in index["shards"]:
         check_encodings(index_path, shard)
         raw, packed = shard.get("raw_data") or {}, shard.get("zip_data") or {}
-        path = folder / str(raw.get("basename"))
-        record = raw
-        if not path.is_file() and packed and (folder / str(packed.get("basename"))).is_file():
-            path, record = folder / packed["basename"], packed
-        where = f"{folder}: shard {path.name}"
-        if not path.is_file():
-            raise RecipeError(f"mds_streams: {folder}: shard {path.name} (listed in index.json) is missing: {REDO}")
-        size = path.stat().st_size
-        if record.get("bytes") is not None and size != record["bytes"]:
-            raise RecipeError(f"mds_streams: {where} is {size} bytes, index.json says {record['bytes']} (truncated "
-                              f"or replaced): {REDO}")  # fmt: skip
-        offsets = _header(path, int(shard.get("samples", -1)), size, where) if record is raw else None
-        if budget.take(size):
-            data = path.read_bytes()
-            _check_hashes(data, record.get("hashes"), where)
-            if offsets is not None:
-                _check_rows(data, offsets, shard, vocab_size, where)
-        files.append(path)
+        named = [(folder / str(r.get("basename")), r) for r in (raw, packed) if r]
+        present = [(path, r) for path, r in named if path.is_file()]
+        if not present:
+            name = (raw or packed).get("basename")
+            raise RecipeError(f"mds_streams: {folder}: shard {name} (listed in index.json) is missing: {REDO}")
+        for path, record in present:  # a compressed shard streaming has decompressed: both files, both checked
+            _check_file(path, record, shard if record is raw else None, vocab_size, budget)
+        files.append(present[-1][0])  # the compressed file when there is one: it stays as it was written
     return [[str(p), p.stat().st_size, digest, SHARD_KIND] for p, digest in zip(files, content_digests(files))]

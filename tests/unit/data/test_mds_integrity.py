@@ -187,3 +187,18 @@ def test_past_the_budget_the_collator_refuses_ids_beyond_the_tokenizer():
     with pytest.raises(RecipeError, match=r"holds token id 17, beyond the tokenizer's 10 ids"):
         mds.MDSCollator(SEQ, document_masking=True, vocab_size=10)([row])
     assert mds.MDSCollator(SEQ, document_masking=True, vocab_size=18)([row])["input_ids"].shape == (1, SEQ)
+
+
+def test_a_compressed_folder_is_checked_and_keeps_its_identity_once_streaming_decompressed_it(tmp_path):
+    streaming = mds.import_streaming()
+    folder = tmp_path / "zstd"
+    with streaming.MDSWriter(out=str(folder), columns=mds.COLUMNS, compression="zstd", hashes=["sha1"]) as writer:
+        for row in _rows():
+            writer.write(row)
+    streams, before = mds.check_mds_data([f"{folder}@1.0"], None, None, 100)
+    assert [entry[0] for entry in before] == [str(folder / "shard.00000.mds.zstd")]
+    assert len(list(mds.MDSRows(streams, SEQ, True, 0, 4, 40, 1).dataset)) == 40
+    assert (folder / "shard.00000.mds").is_file()  # decompressed beside it by streaming: now both are checked
+    assert mds.check_mds_data([f"{folder}@1.0"], None, None, 100)[1] == before
+    with pytest.raises(RecipeError, match=r"row 13: token id 30 is beyond the tokenizer.s 30 ids"):
+        mds.check_mds_data([f"{folder}@1.0"], None, None, 30)
