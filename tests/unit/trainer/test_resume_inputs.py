@@ -4,6 +4,7 @@ after a checkpoint refuses the resume with one line naming the file; unchanged f
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -44,3 +45,17 @@ def test_a_source_file_rewritten_in_place_refuses_the_resume_naming_it(name, tmp
     said = str(info.value)
     assert "changed: data_content" in said and "\n" not in said
     assert f"sources file {data_file} has other contents than when the checkpoints were written" in said
+
+
+def test_sft_from_mds_names_its_shards_and_a_pretrain_without_sources_has_no_content_key(tmp_path):
+    settings, stage, _ = STAGES["sft"]
+    argv = ["--config", str(ROOT / "recipes" / "tiny" / "sft.yaml"), "--output_dir", str(tmp_path / "out"),
+            "--use_cpu", "true"]  # fmt: skip
+    args, model_args = parse_recipe([settings, CheckedModelConfig], argv)
+    shards = [["/data/long/shard.00000.mds", 100, "ab", "mds_streams shard"]]
+    data = SimpleNamespace(report={"data_fingerprint": "f" * 64, "data_files": shards})
+    identity = stage(args, model_args, argv).identity(data)
+    assert identity["data_fingerprint"] == "f" * 64 and identity["data_files"] == shards
+    assert "data_content" not in identity and "sources" not in identity  # the fingerprint stands for the data
+    plain = stage(args, model_args, argv).identity(None)  # the recipe's tiny_world source: no file, no content key
+    assert "data_content" not in plain and plain["sources"]
