@@ -165,3 +165,24 @@ def test_a_missing_shard_and_a_halved_index_are_one_error_before_any_work(mds_wo
         argv[i + 1 : i + 3] = [f"{mds_world}/books@0.75", f"{folder}@0.25"]
         assert says in _one_error(capsys, argv)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_shard_lost_while_training_stops_the_run_with_that_error_and_no_manifest(mds_world, tmp_path, capsys):
+    """streaming's background thread fails on the lost shard; its error, printed and ignored by streaming, would end
+    the epoch with 0 steps and a complete manifest: here it is the run's one error line, exit 2."""
+    world = tmp_path / "world"
+    for name in ("books", "code", "tokenizer"):
+        shutil.copytree(mds_world / name, world / name)
+    out = tmp_path / "out"
+    argv = _argv(world, out, max_steps=2)
+    argv += ["--plugins", "tests.helpers.mds_plugins:drop_shard_at_start", "--plugin_args",
+             json.dumps({"drop": str(world / "code" / "shard.00000.mds")})]  # fmt: skip
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    said = capsys.readouterr().err
+    assert "Traceback" not in said, said[-3000:]
+    err = [line for line in said.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and err[0].startswith(f"error: mds_streams: reading {world}/books, {world}/code failed"), err
+    assert not (out / "manifest.json").exists()

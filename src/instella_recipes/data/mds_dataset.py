@@ -32,8 +32,10 @@ class CheckedStreamingDataset(StreamingDataset):
         self.thread_error = None
         try:
             yield from super().__iter__()
-        except RuntimeError as err:  # streaming's own "Background thread failed" / missing-shard errors
-            raise self._error(self.thread_error or err) from None
+        except RecipeError:
+            raise
+        except (RuntimeError, OSError, ValueError) as err:  # streaming's "Background thread failed", a shard that
+            raise self._error(self.thread_error or err) from None  # cannot be read or prepared again
         if self.thread_error is not None:
             raise self._error(self.thread_error)
 
