@@ -1,8 +1,9 @@
 """Pretraining from MDS folders (`mds_streams`, the authors' Instella-Long data layout read by mosaicml-streaming):
 prepare_data's `layout: mds` writes one folder per source, a tiny run trains on their mixture, a run resumed from
 its step-2 checkpoint trains steps 3-4 on the same rows as the uninterrupted run (streaming's epoch is rebuilt in the
-same order and the Trainer skips the trained batches), and a folder written with another tokenizer stops the run
-with one error line before any work."""
+same order and the Trainer skips the trained batches), and a folder written with another tokenizer, a missing shard
+or a halved index stops the run with one error line before any work; a shard lost while training and a resume after
+a shard got other tokens stop it with one line and no manifest."""
 
 import json
 import shutil
