@@ -250,8 +250,10 @@ class MDSCollator:
         spans = item.get("indices")
         problem = mds_checks.span_problem(spans, n) if spans is not None else None
         if problem:  # a row past the start-up budget's full read (mds_checks): the same line, mid-run
-            raise RecipeError(f"mds_streams: a row of the MDS folders: {problem}: write the folder again with "
-                              f"(start, end) spans sorted, not overlapping, inside the row")  # fmt: skip
+            raise mds_checks.MDSDataError(
+                f"mds_streams: a row of the MDS folders: {problem}: write the folder again with (start, end) spans "
+                f"sorted, not overlapping, inside the row"
+            )
         spans = [(0, n)] if spans is None or len(spans) == 0 else np.asarray(spans).reshape(-1, 2).tolist()
         kept, left = [], self.seq_len
         for start, end in spans:
@@ -266,9 +268,10 @@ class MDSCollator:
     def row(self, item: dict) -> dict:
         all_ids = np.asarray(item["input_ids"], dtype=np.int64)
         if self.vocab_size is not None and all_ids.size and int(all_ids.max()) >= self.vocab_size:
-            raise RecipeError(f"mds_streams: a row of the MDS folders holds token id {int(all_ids.max())}, beyond the "
-                              f"tokenizer's {self.vocab_size} ids: set tokenizer to the one the folders were written "
-                              f"with")  # fmt: skip
+            raise mds_checks.MDSDataError(
+                f"mds_streams: a row of the MDS folders holds token id {int(all_ids.max())}, beyond the tokenizer's "
+                f"{self.vocab_size} ids: set tokenizer to the one the folders were written with"
+            )
         spans = self._spans(item, len(all_ids))
         ids = torch.from_numpy(np.concatenate([all_ids[a:b] for a, b in spans]))
         labels = ids.clone()

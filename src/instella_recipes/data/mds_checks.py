@@ -38,6 +38,18 @@ REDO = "fetch the folder again or write it again (prepare_data --layout mds, or 
 SHARD_KIND = "mds_streams shard"  # the noun a refused resume names a changed shard with (`describe_data_change`)
 
 
+class MDSDataError(RecipeError):
+    """A problem found in the MDS rows while training (streaming failed to read them, or the collator refused a row
+    past the start-up budget). With dataloader workers, torch re-raises a worker's error in the main process as
+    `type(error)(<"Caught ... in DataLoader worker" and its traceback as text>)`: the message is then cut back to
+    its own last line, so the run still ends with one `error:` line."""
+
+    def __init__(self, message: str):
+        if message.startswith("Caught ") and "\nOriginal Traceback" in message:
+            message = message.rstrip().splitlines()[-1].partition(": ")[2]
+        super().__init__(message)
+
+
 def check_encodings(index_path: Path, shard: dict) -> None:
     """The shard's `input_ids` (and, when present, `indices`, `label_mask`) are integer arrays."""
     names, encodings = shard.get("column_names") or [], shard.get("column_encodings") or []

@@ -13,6 +13,8 @@ from streaming import StreamingDataset
 
 from instella_recipes.core import RecipeError
 
+from .mds_checks import MDSDataError
+
 
 class CheckedStreamingDataset(StreamingDataset):
     """`StreamingDataset` (same arguments) whose iteration raises a background thread's error (module docstring)."""
@@ -39,10 +41,10 @@ class CheckedStreamingDataset(StreamingDataset):
         if self.thread_error is not None:
             raise self._error(self.thread_error)
 
-    def _error(self, error: BaseException) -> RecipeError:
+    def _error(self, error: BaseException) -> MDSDataError:
         folders = ", ".join(str(stream.local) for stream in self.streams)
         said = (str(error).splitlines() or [""])[0][:300]
-        return RecipeError(
+        return MDSDataError(
             f"mds_streams: reading {folders} failed ({type(error).__name__}: {said}); "
             f"the run stopped without a final model: check the folder (a shard removed or changed while training), "
             f"then rerun to resume from the last checkpoint"

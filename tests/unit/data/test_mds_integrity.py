@@ -8,6 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 from instella_recipes.core import RecipeError
 from instella_recipes.data import mds, mds_checks
@@ -202,3 +203,15 @@ def test_a_compressed_folder_is_checked_and_keeps_its_identity_once_streaming_de
     assert mds.check_mds_data([f"{folder}@1.0"], None, None, 100)[1] == before
     with pytest.raises(RecipeError, match=r"row 13: token id 30 is beyond the tokenizer.s 30 ids"):
         mds.check_mds_data([f"{folder}@1.0"], None, None, 30)
+
+
+def test_an_error_from_a_dataloader_worker_stays_one_line():
+    """torch re-raises a worker's error as `type(error)(<its traceback as text>)`; ours keeps its own last line."""
+    said = "mds_streams: a row of the MDS folders: indices entry 1 [12, 4] ends before it starts"
+    worker = mds_checks.MDSDataError(said)
+    loader = torch.utils.data.DataLoader(
+        [0], batch_size=1, num_workers=1, collate_fn=lambda _: (_ for _ in ()).throw(worker)
+    )
+    with pytest.raises(mds_checks.MDSDataError) as info:
+        next(iter(loader))
+    assert str(info.value) == said
