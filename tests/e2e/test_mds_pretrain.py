@@ -160,7 +160,10 @@ def test_a_missing_shard_and_a_halved_index_are_one_error_before_any_work(mds_wo
     index = json.loads((halved / "index.json").read_text())
     index["shards"][0]["samples"] //= 2
     (halved / "index.json").write_text(json.dumps(index))
-    for folder, says in ((missing, "(listed in index.json) is missing"), (halved, "rows, the shard holds")):
+    for folder, says in (
+        (missing, "(listed in index.json) is missing"),
+        (halved, "rows, the folder was written with"),
+    ):
         argv = _argv(mds_world, tmp_path / "out")
         i = argv.index("--mds_streams")
         argv[i + 1 : i + 3] = [f"{mds_world}/books@0.75", f"{folder}@0.25"]

@@ -124,7 +124,15 @@ def check_mds_folder(folder: Path, digest: str | None) -> dict:
             )
     record = folder / TOKENIZER_RECORD
     if record.is_file():
-        written = json.loads(record.read_text()).get("tokenizer_sha256")
+        try:
+            recorded = json.loads(record.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise RecipeError(f"mds_streams: {record} is not readable ({err}): {mds_checks.REDO}") from None
+        written = recorded.get("tokenizer_sha256")
+        rows = sum(shard.get("samples") or 0 for shard in shards if isinstance(shard.get("samples"), int))
+        if isinstance(recorded.get("rows"), int) and rows != recorded["rows"]:  # a shard dropped from the index
+            raise RecipeError(f"mds_streams: {index_path} lists {rows} rows, the folder was written with "
+                              f"{recorded['rows']} ({TOKENIZER_RECORD}): {mds_checks.REDO}")  # fmt: skip
         if digest is not None and written != digest:
             raise RecipeError(
                 f"mds_streams: {folder} was tokenised with another tokenizer (sha256 {str(written)[:12]}... in "

@@ -61,12 +61,14 @@ def _truncated(folder, index):
     path.write_bytes(path.read_bytes()[:-10])
 
 
-def _more_rows(folder, index):
+def _more_rows(folder, index):  # in a folder without our record (the authors'): the shard's header tells
+    (folder / mds.TOKENIZER_RECORD).unlink()
     index["shards"][0]["samples"] += 5
     _set_index(folder, index)
 
 
 def _halved(folder, index):
+    (folder / mds.TOKENIZER_RECORD).unlink()
     index["shards"][0]["samples"] //= 2
     _set_index(folder, index)
 
@@ -86,7 +88,13 @@ def _not_json(folder, index):
     (folder / "index.json").write_text("{not json")
 
 
+def _shard_dropped(folder, index):  # index.json rewritten without its (only) shard's rows: the record tells
+    index["shards"][0]["samples"] = 0
+    _set_index(folder, index)
+
+
 BAD_FOLDERS = [
+    (_shard_dropped, "lists 0 rows, the folder was written with 40"),
     (_missing, r"shard shard\.00000\.mds \(listed in index\.json\) is missing"),
     (_truncated, r"shard shard\.00000\.mds is \d+ bytes, index\.json says \d+ \(truncated"),
     (_more_rows, "index.json says 45 rows, the shard holds 40"),
@@ -146,7 +154,7 @@ def test_the_start_up_budget_bounds_the_full_reads_and_says_so(good, tmp_path, c
     assert budget.skipped == 1 and "checked by size and row count only" in caplog.text
     shard = _shard(folder, index)
     assert files == [[str(shard), shard.stat().st_size, files[0][2], "mds_streams shard"]]
-    _halved(folder, index)  # the header is read whatever the budget
+    index["shards"][0]["samples"] //= 2  # the header is read whatever the budget
     with pytest.raises(RecipeError, match="index.json says 20 rows"):
         mds_checks.check_shards(folder, index, None, mds_checks.Budget(0))
 
