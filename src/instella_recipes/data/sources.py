@@ -30,13 +30,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 
-from instella_recipes.core import (
-    RecipeError,
-    check_path_length,
-    check_range,
-    environment_cause,
-    iter_jsonl,
-)
+from instella_recipes.core import RecipeError, check_path_length, check_range, environment_cause, iter_jsonl
 from instella_recipes.data.integrity import content_digests
 from instella_recipes.data.tiny_world import TinyWorld
 
