@@ -13,11 +13,13 @@ for every shard `index.json` lists (`check_shards`):
   `core/manifest.py`): the checksums `index.json` records (streaming's writer records them when given `hashes`;
   ours records xxh3_128), and every row read: token ids within the tokenizer's range, `indices` (start, end) pairs
   sorted, not overlapping, inside the row, `label_mask` as long as the row. Shards over the budget are checked by
-  size and row count only, said once in the log; the collator checks each row's spans as it reads it
-  (`span_problem`), so a bad row there stops the run with the same line.
+  size and row count only, said once in the log; the collator checks each row's spans and ids as it reads it
+  (`span_problem`), so a bad row there stops the run with one line (`MDSDataError`).
 
-A shard written compressed (`zip_data` only) is checked by its compressed size and checksums; its rows are read
-by streaming after it decompresses them.
+Our folders also record their row count beside the shards (`mds.TOKENIZER_RECORD`): `index.json` listing another
+total (a shard dropped from it) is an error too (`mds.check_mds_folder`). A shard written compressed (`zip_data`)
+is checked by its compressed size and checksums, and once streaming has decompressed it beside, the raw file as
+above; the compressed file is the one the run's identity hashes.
 """
 
 from pathlib import Path
