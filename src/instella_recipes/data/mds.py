@@ -150,19 +150,22 @@ def check_mds_streams(entries: list[str], root: str | Path | None, digest: str |
 
 
 def check_mds_data(entries: list[str], root: str | Path | None, digest: str | None,
-                   vocab_size: int | Callable[[], int] | None = None) -> tuple[list, list]:  # fmt: skip
+                   vocab_size: int | Callable[[], int] | None = None,
+                   full_reads: bool = True) -> tuple[list, list]:  # fmt: skip
     """Every folder of `entries` checked before any work: its index and tokenizer record (`check_mds_folder`, all
     folders first), then its shards against the index, their checksums, token ids (below `vocab_size`, or what the
     callable returns: the tokenizer is loaded only once the folders are known to be its) and document spans
-    (`mds_checks.check_shards`, full reads within the start-up budget). Returns the parsed (folder, proportion) list
-    and the shards' identities for the data fingerprint."""
+    (`mds_checks.check_shards`, full reads within the start-up budget; with `full_reads` False none: the other
+    processes of a node, whose first process reads them). Returns the parsed (folder, proportion) list and the
+    shards' identities for the data fingerprint."""
     streams = parse_streams(entries, root)
     indexes = [check_mds_folder(folder, digest) for folder, _ in streams]
     vocab = vocab_size() if callable(vocab_size) else vocab_size
-    budget, files = mds_checks.Budget(), []
+    budget, files = mds_checks.Budget(None if full_reads else 0), []
     for (folder, _), index in zip(streams, indexes):
         files += mds_checks.check_shards(folder, index, vocab, budget)
-    budget.warn()
+    if full_reads:
+        budget.warn()
     return streams, files
 
 

@@ -81,7 +81,10 @@ def mds_rows_for(args, tokenizer_path, seq_len: int | None, seq_len_field: str, 
         raise RecipeError("mds_streams needs tokenizer: the tokenizer the MDS rows were written with")
     mds.import_streaming()  # not installed: named here, before any work
     vocab = _VocabSize(tokenizer_path)
-    streams, files = mds.check_mds_data(args.mds_streams, args.data_root, mds.tokenizer_digest(tokenizer_path), vocab)
+    first = getattr(args, "local_process_index", 0) == 0  # one process a node reads the shards in full
+    streams, files = mds.check_mds_data(
+        args.mds_streams, args.data_root, mds.tokenizer_digest(tokenizer_path), vocab, full_reads=first
+    )
     items = [[str(folder), p, file_digest(folder / "index.json")] for folder, p in streams] + files
     rows = mds.MDSRows(
         streams, seq_len, document_masking, args.seed, args.per_device_train_batch_size,
