@@ -258,6 +258,25 @@ def _issue24_world(root, model, data) -> dict:
     out["model_config"] = lambda **fields: json.dumps({**TINY_MODEL, **fields})
     out.update(_olmo_world(root))
     out.update(_issue32_world(root, model, out["olmo_docs"]))
+    out.update(_issue42_world(root))
+    return out
+
+
+def _issue42_world(root) -> dict:
+    """Issue 42's optimizer states (`optimizer_state_from`): one saved from the tiny model with another MLP width,
+    and a copy of it whose data file was cut."""
+    from instella_recipes.trainer.optimizer_state import OPTIMIZER_DIR, save_optimizer_state
+    from tests.helpers.pretrain_utils import TINY_MODEL
+
+    model = InstellaForCausalLM(InstellaConfig(**{**TINY_MODEL, "intermediate_size": 96}))
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.tensor([[2, 3, 4]]), labels=torch.tensor([[2, 3, 4]])).loss.backward()
+    optimizer.step()
+    out = {"opt_other_shape": root / "opt_other_shape", "opt_truncated": root / "opt_truncated"}
+    save_optimizer_state(model, optimizer, out["opt_other_shape"] / OPTIMIZER_DIR)
+    shutil.copytree(out["opt_other_shape"], out["opt_truncated"])
+    data = out["opt_truncated"] / OPTIMIZER_DIR / "__0_0.distcp"
+    data.write_bytes(data.read_bytes()[:-1000])
     return out
 
 
@@ -580,6 +599,8 @@ BAD_INPUTS = [
     ("sft-tokenizer-folder-typo", "sft", lambda w, o: _sft(w, o, "--tokenizer_name_or_path", "runs/demo/mergee"), "tokenizer runs/demo/mergee: folder does not exist"),  # noqa: E501
     # a half-written input model folder (our run files, no manifest) is unfinished, not "made elsewhere"
     ("sft-from-unfinished-sft", "sft", lambda w, o: _sft(w, o, model=w["unfinished_sft"]), "unfinished_sft is an unfinished stage output: it holds this project's run files (data_report.json) but no manifest.json"),  # noqa: E501
+    ("pretrain-optimizer-state-of-another-shape", "pretrain", lambda w, o: _pretrain(w, o, optimizer_state_from=w["opt_other_shape"]), "optimizer state {root}/opt_other_shape/optimizer_state: parameter model.layers.0.mlp.gate_proj.weight is [96, 32] there, [64, 32] in this model"),  # noqa: E501
+    ("pretrain-optimizer-state-truncated", "pretrain", lambda w, o: _pretrain(w, o, optimizer_state_from=w["opt_truncated"]), "optimizer_state_from: optimizer state {root}/opt_truncated/optimizer_state: __0_0.distcp is"),  # noqa: E501
     ("stage2-from-unfinished-pretrain", "pretrain", lambda w, o: _stage2(w, o, w["unfinished_pretrain"]), "unfinished_pretrain is an unfinished stage output: it holds this project's run files (run.json, checkpoint-2)"),  # noqa: E501
     ("prepare-tokenizer-folder-typo", "prepare_data", lambda w, o: ["--output_dir", str(o), "--sources", str(w["text"]), "--tokenizer", "runs/demo/tokenizr", "--seq_len", "16", "--num_proc", "1"], "tokenizer runs/demo/tokenizr: folder does not exist"),  # noqa: E501
 ]  # fmt: skip

@@ -1,8 +1,9 @@
 """Pretraining from MDS folders (`mds_streams`, the authors' Instella-Long data layout read by mosaicml-streaming):
 prepare_data's `layout: mds` writes one folder per source, a tiny run trains on their mixture, a run resumed from
 its step-2 checkpoint trains steps 3-4 on the same rows as the uninterrupted run (streaming's epoch is rebuilt in the
-same order and the Trainer skips the trained batches), and a folder written with another tokenizer stops the run
-with one error line before any work."""
+same order and the Trainer skips the trained batches), and a folder written with another tokenizer, a missing shard
+or a halved index stops the run with one error line before any work; a shard lost while training and a resume after
+a shard got other tokens stop it with one line and no manifest."""
 
 import json
 import shutil
@@ -111,3 +112,81 @@ def test_the_ranks_of_a_sequence_parallel_group_read_one_row(mds_world, tmp_path
     assert len(rank0) == len(rank1) == 2
     for first, second in zip(rank0, rank1):
         assert tuple(first[0][0] + second[0][0]) in rows
+
+
+def _reversed_first_row(folder: Path) -> None:
+    """The first row's 16 token ids written in reverse order: other tokens (all within the vocabulary), the same
+    size, the same index.json (its recorded checksum dropped first, as in a folder that records none)."""
+    index = json.loads((folder / "index.json").read_text())
+    index["shards"][0]["raw_data"].pop("hashes", None)
+    (folder / "index.json").write_text(json.dumps(index))
+    path = folder / index["shards"][0]["raw_data"]["basename"]
+    data = bytearray(path.read_bytes())
+    begin, end = (int.from_bytes(data[4 * k : 4 * k + 4], "little") for k in (1, 2))  # row 0's offsets
+    ids = data[end - 4 * SEQ_LEN : end]  # input_ids are the row's last column (after indices)
+    data[end - 4 * SEQ_LEN : end] = b"".join(ids[i : i + 4] for i in range(4 * SEQ_LEN - 4, -4, -4))
+    assert begin < end - 4 * SEQ_LEN
+    path.write_bytes(bytes(data))
+
+
+def test_a_resume_after_a_shard_was_rewritten_is_refused_naming_the_shard(mds_world, tmp_path, capsys):
+    """The run stopped after its step-2 checkpoint; a shard then got other tokens (same size, same index.json):
+    the resume stops with one line naming the shard, and writes no manifest."""
+    world = tmp_path / "world"
+    for name in ("books", "code", "tokenizer"):
+        shutil.copytree(mds_world / name, world / name)
+    first = tmp_path / "first"
+    assert main(_argv(world, first, max_steps=2)) == 0
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(first / "checkpoint-2", resumed / "checkpoint-2")
+    shutil.copy(first / "run.json", resumed / "run.json")
+    _reversed_first_row(world / "books")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(_argv(world, resumed, max_steps=2))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds checkpoints of a different run" in err[0], err
+    assert f"mds_streams shard {world}/books/shard.00000.mds has other contents" in err[0]
+    assert not (resumed / "manifest.json").exists()
+
+
+def test_a_missing_shard_and_a_halved_index_are_one_error_before_any_work(mds_world, tmp_path, capsys):
+    missing, halved = tmp_path / "missing_shard", tmp_path / "halved"
+    for folder in (missing, halved):
+        shutil.copytree(mds_world / "code", folder)
+    (missing / "shard.00000.mds").unlink()
+    index = json.loads((halved / "index.json").read_text())
+    index["shards"][0]["samples"] //= 2
+    (halved / "index.json").write_text(json.dumps(index))
+    for folder, says in (
+        (missing, "(listed in index.json) is missing"),
+        (halved, "rows, the folder was written with"),
+    ):
+        argv = _argv(mds_world, tmp_path / "out")
+        i = argv.index("--mds_streams")
+        argv[i + 1 : i + 3] = [f"{mds_world}/books@0.75", f"{folder}@0.25"]
+        assert says in _one_error(capsys, argv)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_shard_lost_while_training_stops_the_run_with_that_error_and_no_manifest(mds_world, tmp_path, capsys):
+    """streaming's background thread fails on the lost shard; its error, printed and ignored by streaming, would end
+    the epoch with 0 steps and a complete manifest: here it is the run's one error line, exit 2."""
+    world = tmp_path / "world"
+    for name in ("books", "code", "tokenizer"):
+        shutil.copytree(mds_world / name, world / name)
+    out = tmp_path / "out"
+    argv = _argv(world, out, max_steps=2)
+    argv += ["--plugins", "tests.helpers.mds_plugins:drop_shard_at_start", "--plugin_args",
+             json.dumps({"drop": str(world / "code" / "shard.00000.mds")})]  # fmt: skip
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    said = capsys.readouterr().err
+    assert "Traceback" not in said, said[-3000:]
+    err = [line for line in said.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and err[0].startswith(f"error: mds_streams: reading {world}/books, {world}/code failed"), err
+    assert not (out / "manifest.json").exists()

@@ -15,7 +15,9 @@ would read the whole data set each time (hours at stage 1's scale; benchmarks/be
    `scripts/verify_data.py` hashes them all once (in parallel) and fills the cache.
 
 A run's data identity (`sample_digest`, for resume checks) reads three small blocks of each file: a file rewritten
-with other tokens of the same size gives another identity, whether or not a manifest describes it.
+with other tokens of the same size gives another identity, whether or not a manifest describes it. MDS shards and
+post-training `sources` files (`content_digests`) are hashed in full up to `IDENTITY_FULL_BYTES` in all, then sampled
+the same way.
 """
 
 import bisect
@@ -63,6 +65,26 @@ def sample_digest(path: Path) -> str:
             handle.seek(start)
             digest.update(handle.read(_SAMPLE))
     return digest.hexdigest()
+
+
+# A run's identity hashes its MDS shards and `sources` files in full while they add up to this many bytes (about a
+# second), then samples the rest (`sample_digest`): fixed, so the identity of the same files never changes.
+IDENTITY_FULL_BYTES = 1 << 30
+
+
+def content_digests(paths: list[Path]) -> list[str]:
+    """Content identities of a run's data files (MDS shards, `sources` files) for resume checks: xxh3-128 of each
+    whole file while they add up to `IDENTITY_FULL_BYTES` (a change anywhere in a small data set is seen), then
+    `sample_digest` (three blocks a file: a file rewritten with other data)."""
+    out, left = [], IDENTITY_FULL_BYTES
+    for path in paths:
+        size = path.stat().st_size
+        if size <= left:
+            left -= size
+            out.append(full_digest(path)[0])
+        else:
+            out.append(sample_digest(path))
+    return out
 
 
 def full_digest(path: str | Path) -> tuple[str, list[str]]:

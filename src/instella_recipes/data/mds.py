@@ -29,7 +29,7 @@ import itertools
 import json
 import sys
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import datasets
@@ -37,6 +37,8 @@ import numpy as np
 import torch
 
 from instella_recipes.core import RecipeError, file_digest, get_logger
+
+from . import mds_checks
 
 logger = get_logger(__name__)
 
@@ -109,8 +111,11 @@ def check_mds_folder(folder: Path, digest: str | None) -> dict:
     try:
         index = json.loads(index_path.read_text())
         shards = index["shards"]
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise RecipeError(f"mds_streams: {index_path} is not a streaming index ({err})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
+        raise RecipeError(f"mds_streams: {index_path} is not a streaming index ({err}): {mds_checks.REDO}") from None
+    if not isinstance(shards, list) or not shards or not all(isinstance(shard, dict) for shard in shards):
+        raise RecipeError(f"mds_streams: {index_path} lists no shards (its 'shards' is {str(shards)[:60]}): "
+                          f"{mds_checks.REDO}")  # fmt: skip
     for shard in shards:
         if shard.get("format") != "mds" or "input_ids" not in shard.get("column_names", []):
             raise RecipeError(
@@ -119,7 +124,15 @@ def check_mds_folder(folder: Path, digest: str | None) -> dict:
             )
     record = folder / TOKENIZER_RECORD
     if record.is_file():
-        written = json.loads(record.read_text()).get("tokenizer_sha256")
+        try:
+            recorded = json.loads(record.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise RecipeError(f"mds_streams: {record} is not readable ({err}): {mds_checks.REDO}") from None
+        written = recorded.get("tokenizer_sha256")
+        rows = sum(shard.get("samples") or 0 for shard in shards if isinstance(shard.get("samples"), int))
+        if isinstance(recorded.get("rows"), int) and rows != recorded["rows"]:  # a shard dropped from the index
+            raise RecipeError(f"mds_streams: {index_path} lists {rows} rows, the folder was written with "
+                              f"{recorded['rows']} ({TOKENIZER_RECORD}): {mds_checks.REDO}")  # fmt: skip
         if digest is not None and written != digest:
             raise RecipeError(
                 f"mds_streams: {folder} was tokenised with another tokenizer (sha256 {str(written)[:12]}... in "
@@ -131,12 +144,29 @@ def check_mds_folder(folder: Path, digest: str | None) -> dict:
     return index
 
 
-def check_mds_streams(entries: list[str], root: str | Path | None, digest: str | None) -> list:
-    """Every folder of `entries` checked (`check_mds_folder`); returns the parsed (folder, proportion) list."""
+def check_mds_streams(entries: list[str], root: str | Path | None, digest: str | None, vocab_size=None) -> list:
+    """Every folder of `entries` checked (`check_mds_data`); returns the parsed (folder, proportion) list."""
+    return check_mds_data(entries, root, digest, vocab_size)[0]
+
+
+def check_mds_data(entries: list[str], root: str | Path | None, digest: str | None,
+                   vocab_size: int | Callable[[], int] | None = None,
+                   full_reads: bool = True) -> tuple[list, list]:  # fmt: skip
+    """Every folder of `entries` checked before any work: its index and tokenizer record (`check_mds_folder`, all
+    folders first), then its shards against the index, their checksums, token ids (below `vocab_size`, or what the
+    callable returns: the tokenizer is loaded only once the folders are known to be its) and document spans
+    (`mds_checks.check_shards`, full reads within the start-up budget; with `full_reads` False none: the other
+    processes of a node, whose first process reads them). Returns the parsed (folder, proportion) list and the
+    shards' identities for the data fingerprint."""
     streams = parse_streams(entries, root)
-    for folder, _ in streams:
-        check_mds_folder(folder, digest)
-    return streams
+    indexes = [check_mds_folder(folder, digest) for folder, _ in streams]
+    vocab = vocab_size() if callable(vocab_size) else vocab_size
+    budget, files = mds_checks.Budget(None if full_reads else 0), []
+    for (folder, _), index in zip(streams, indexes):
+        files += mds_checks.check_shards(folder, index, vocab, budget)
+    if full_reads:
+        budget.warn()
+    return streams, files
 
 
 def pack_rows(documents: Iterable, seq_len: int) -> Iterator[dict]:
@@ -185,7 +215,8 @@ def write_mds(out: str | Path, rows: Iterable[dict], tokenizer_path: str | Path)
         raise RecipeError(f"no rows to write to {out}: the text is shorter than one row")
     columns = {**COLUMNS, **(LABEL_MASK_COLUMN if "label_mask" in first else {})}
     count = 0
-    with streaming.MDSWriter(out=str(out), columns=columns, compression=None) as writer:
+    # xxh3_128 of each shard in index.json: readers check it (`mds_checks`); it costs a pass at memory speed
+    with streaming.MDSWriter(out=str(out), columns=columns, compression=None, hashes=["xxh3_128"]) as writer:
         for row in itertools.chain([first], rows):
             writer.write({key: np.asarray(row[key], dtype=columns[key].split(":")[1]) for key in columns})
             count += 1
@@ -201,7 +232,9 @@ def streaming_dataset(streams: list, seed: int, batch_size: int, epoch_size: int
     reading the same rows (`replication`). The shuffle also depends on `num_canonical_nodes`; None (the authors')
     is streaming's default, the nodes of the launch over the replication."""
     streaming = import_streaming()
-    return streaming.StreamingDataset(
+    from .mds_dataset import CheckedStreamingDataset  # imports streaming at module level: only once it is known here
+
+    return CheckedStreamingDataset(
         streams=[streaming.Stream(local=str(folder), proportion=p) for folder, p in streams],
         shuffle=True,
         shuffle_seed=seed,
@@ -219,12 +252,19 @@ class MDSCollator:
     the kept input_ids with `label_mask`-dropped targets at -100; with document masking `position_ids` restart at
     each kept span (transformers' per-document attention, their `doc_lens`)."""
 
-    def __init__(self, seq_len: int, document_masking: bool):
+    def __init__(self, seq_len: int, document_masking: bool, vocab_size: int | None = None):
         self.seq_len = seq_len
         self.document_masking = document_masking
+        self.vocab_size = vocab_size  # set: a row with a larger id stops the run with one line (past the budget)
 
     def _spans(self, item: dict, n: int) -> list[tuple[int, int]]:
         spans = item.get("indices")
+        problem = mds_checks.span_problem(spans, n) if spans is not None else None
+        if problem:  # a row past the start-up budget's full read (mds_checks): the same line, mid-run
+            raise mds_checks.MDSDataError(
+                f"mds_streams: a row of the MDS folders: {problem}: write the folder again with (start, end) spans "
+                f"sorted, not overlapping, inside the row"
+            )
         spans = [(0, n)] if spans is None or len(spans) == 0 else np.asarray(spans).reshape(-1, 2).tolist()
         kept, left = [], self.seq_len
         for start, end in spans:
@@ -238,6 +278,11 @@ class MDSCollator:
 
     def row(self, item: dict) -> dict:
         all_ids = np.asarray(item["input_ids"], dtype=np.int64)
+        if self.vocab_size is not None and all_ids.size and int(all_ids.max()) >= self.vocab_size:
+            raise mds_checks.MDSDataError(
+                f"mds_streams: a row of the MDS folders holds token id {int(all_ids.max())}, beyond the tokenizer's "
+                f"{self.vocab_size} ids: set tokenizer to the one the folders were written with"
+            )
         spans = self._spans(item, len(all_ids))
         ids = torch.from_numpy(np.concatenate([all_ids[a:b] for a, b in spans]))
         labels = ids.clone()

@@ -31,6 +31,7 @@ import datasets
 import numpy as np
 
 from instella_recipes.core import RecipeError, check_path_length, check_range, environment_cause, iter_jsonl
+from instella_recipes.data.integrity import content_digests
 from instella_recipes.data.tiny_world import TinyWorld
 
 _BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".txt": "text"}
@@ -154,6 +155,23 @@ def fingerprint(spec: SourceSpec) -> dict:
                 digest.update(handle.read())
         out[str(path)] = {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256_head_tail": digest.hexdigest()}
     return out
+
+
+SOURCE_KIND = "sources file"  # the noun a refused resume names a changed file with (`describe_data_change`)
+
+
+def source_identities(raw_sources) -> list:
+    """`[path, bytes, content digest, SOURCE_KIND]` for every local data file of a recipe's `sources` (SFT, DPO,
+    GRPO), for resume checks (`integrity.content_digests`): a file rewritten in place, even at the same size, gives
+    another digest. The embedded TinyWorld data and Hub ids (named with their revision in the recipe) have no file
+    here."""
+    paths = []
+    for i, raw in enumerate(raw_sources or []):
+        spec = SourceSpec.from_recipe(i, raw)
+        if spec.tiny_world is None and spec.path:
+            paths += local_files(spec) or []
+    digests = content_digests(paths)
+    return [[str(path), path.stat().st_size, digest, SOURCE_KIND] for path, digest in zip(paths, digests)]
 
 
 def find_bad_json_line(files: list[Path]) -> str | None:

@@ -287,17 +287,29 @@ class TokenFiles(torch.utils.data.Dataset):
 
 def describe_data_change(before: list | None, after: list | None) -> str:
     """'; data_paths: ...' naming the first token file whose listing, size or contents differ between two
-    `fingerprint_items` lists (a run's checkpoints and this start), or '' when there is nothing to compare."""
+    `fingerprint_items` lists (a run's checkpoints and this start), or '' when there is nothing to compare. Entries
+    with a 4th item (`[path, bytes, digest, kind]`: MDS shards, `sources` files) are named by that kind."""
     if not before or not after:
         return ""
     for old, new in itertools.zip_longest(before, after):
         if old == new:
             continue
+        if len(old or new) == 4:
+            return _describe_file_change(old, new)
         if old is None or new is None or old[0] != new[0]:
             return f"; data_paths: the list of token files differs from the checkpoints' run at {(new or old)[0]}"
         what = f"{old[1]} tokens then, {new[1]} now" if old[1] != new[1] else "same size, other tokens"
         return f"; data_paths: token file {new[0]} has other contents than when the checkpoints were written ({what})"
     return ""
+
+
+def _describe_file_change(old: list | None, new: list | None) -> str:
+    """`describe_data_change` for `[path, bytes, digest, kind]` entries."""
+    if old is None or new is None or old[0] != new[0]:
+        entry = new or old
+        return f"; {entry[3]}: the list of files differs from the checkpoints' run at {entry[0]}"
+    what = f"{old[1]} bytes then, {new[1]} now" if old[1] != new[1] else "same size, other bytes"
+    return f"; {new[3]} {new[0]} has other contents than when the checkpoints were written ({what})"
 
 
 def olmo_permutation(num_instances: int, seed: int) -> np.ndarray:

@@ -167,12 +167,17 @@ class SFTStage(PostTrainingStage):
             f"{', '.join(args.mds_streams)}, cut at {args.max_length} tokens"
         )
         report = {"mds_streams": list(args.mds_streams), "data_fingerprint": manifest["fingerprint"],
-                  "rows": len(self.mds_rows), "summary": summary}  # fmt: skip
+                  "data_files": manifest["files"], "rows": len(self.mds_rows), "summary": summary}  # fmt: skip
         return PostTrainingData(tokenizer, self.mds_rows.iterable_dataset(), report)
 
     def data_fingerprint(self, data: PostTrainingData | None) -> str | None:
         """mds_streams: the folders, proportions and index digests; a chat mixture: None (its `data` fields)."""
         return data.report.get("data_fingerprint") if data is not None else None
+
+    def data_files(self, data: PostTrainingData | None) -> list | None:
+        """mds_streams: the shards (to name a changed one); a chat mixture: its source files (`Stage`)."""
+        files = data.report.get("data_files") if data is not None else None
+        return files if files is not None else super().data_files(data)
 
     def build_trainer(self, data, model, callbacks: list):
         self.sequence_parallel = sequence_parallel_for(self.args, self.args, model.config, None)

@@ -16,7 +16,8 @@
 - `sequence_parallel`: Ulysses sequence parallelism (`SequenceParallelMixin`: all-to-all around transformers'
   attention functions, one packed row per SP group; the authors' chunk-local fallback and the exact path).
 - `optimizer_state`: one stage's final AdamW state written (DCP) and continued by the next
-  (`ContinueOptimizerStateMixin`, `optimizer_state_from`).
+  (`ContinueOptimizerStateMixin`, `optimizer_state_from`; the folder's files and its shapes against the model are
+  checked before training).
 - `flops`: parameter counts, FLOPs per token and MFU (the throughput plugin and the sizing tool).
 - `liger`: Liger kernels for Instella (`use_liger_kernel: true`), registered in liger-kernel's own table on import.
 

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 from instella_recipes.core import RecipeError, file_digest
 from instella_recipes.core.checks import check_range
 from instella_recipes.data import mds
+from instella_recipes.data.tokenizer import load_tokenizer
 
 from .settings import DATA, RUN
 
@@ -69,21 +70,46 @@ def check_mds_lengths(args, seq_len: int | None, seq_len_field: str) -> None:
 def mds_rows_for(args, tokenizer_path, seq_len: int | None, seq_len_field: str, rows_per_step: int,
                  document_masking: bool) -> tuple[mds.MDSRows, dict]:  # fmt: skip
     """The MDS folders of `args.mds_streams`, checked before any work (streaming installed, each folder present,
-    MDS, written with the run's tokenizer), read as the authors do: `epoch_size` = the unique rows of `max_steps`
-    steps (their global batch x steps / SP size), `replication` = the SP size. Returns the rows and the data's
-    manifest (`fingerprint` over the folders, their proportions and index digests; `instances`)."""
+    MDS, written with the run's tokenizer, its shards as index.json lists them, token ids within the tokenizer's
+    (loaded once the folders are known to be its) and document spans sound: `mds.check_mds_data`), read as the
+    authors do: `epoch_size` = the unique rows of `max_steps` steps (their global batch x steps / SP size),
+    `replication` = the SP size. Returns the rows and the data's manifest (`fingerprint` over the folders, their
+    proportions, index digests and each shard's size and content digest; `files`, the shards, to name a changed one;
+    `instances`)."""
     check_mds_lengths(args, seq_len, seq_len_field)
     if not tokenizer_path:
         raise RecipeError("mds_streams needs tokenizer: the tokenizer the MDS rows were written with")
     mds.import_streaming()  # not installed: named here, before any work
-    streams = mds.check_mds_streams(args.mds_streams, args.data_root, mds.tokenizer_digest(tokenizer_path))
-    items = [[str(folder), p, file_digest(folder / "index.json")] for folder, p in streams]
+    vocab = _VocabSize(tokenizer_path)
+    first = getattr(args, "local_process_index", 0) == 0  # one process a node reads the shards in full
+    streams, files = mds.check_mds_data(
+        args.mds_streams, args.data_root, mds.tokenizer_digest(tokenizer_path), vocab, full_reads=first
+    )
+    items = [[str(folder), p, file_digest(folder / "index.json")] for folder, p in streams] + files
     rows = mds.MDSRows(
         streams, seq_len, document_masking, args.seed, args.per_device_train_batch_size,
         rows_per_step * args.max_steps, getattr(args, "sequence_parallel_size", 1), args.num_canonical_nodes,
     )  # fmt: skip
-    manifest = {"fingerprint": hashlib.sha256(json.dumps(items).encode()).hexdigest(), "instances": len(rows)}
+    rows.collator.vocab_size = vocab()  # rows past the start-up budget's full read: checked as they are read
+    manifest = {"fingerprint": hashlib.sha256(json.dumps(items).encode()).hexdigest(), "instances": len(rows),
+                "files": files}  # fmt: skip
     return rows, manifest
+
+
+class _VocabSize:
+    """The ids of the run's tokenizer (its added tokens included), loaded on the first call only, for the MDS rows'
+    token-id checks."""
+
+    def __init__(self, tokenizer_path):
+        self.path, self.size = tokenizer_path, None
+
+    def __call__(self) -> int:
+        if self.size is None:
+            try:
+                self.size = len(load_tokenizer(self.path))
+            except (OSError, ValueError) as err:
+                raise RecipeError(f"tokenizer {self.path}: {err}") from None
+        return self.size
 
 
 class StreamingRowsMixin:

@@ -35,8 +35,10 @@ def save_optimizer_state(model, optimizer, folder: str | Path) -> None:
 
 
 def check_optimizer_state(folder: str | Path, field: str = "model_name_or_path") -> Path:
-    """The DCP folder, or a RecipeError saying how to make it (before any work). `field` names the setting that
-    points at the run (`model_name_or_path` with `load_optimizer_state`, or `optimizer_state_from`)."""
+    """The DCP folder, or a RecipeError saying how to make it (before any work): its `.metadata` readable and every
+    data file it names present and as long as the metadata says (a truncated or partly copied folder would be a
+    traceback deep in DCP's load). `field` names the setting that points at the run (`model_name_or_path` with
+    `load_optimizer_state`, or `optimizer_state_from`)."""
     folder = Path(folder)
     if not (folder / ".metadata").is_file():
         drop = "load_optimizer_state: false" if field == "model_name_or_path" else f"drop {field}"
@@ -45,7 +47,58 @@ def check_optimizer_state(folder: str | Path, field: str = "model_name_or_path")
             f"save_optimizer_state: true (the Instella stage-1 and Long phase recipes set it), or {drop} for a "
             f"fresh optimizer"
         )
+    redo = f"copy it again from the run in {field}, or run that run's last stage again with save_optimizer_state: true"
+    metadata = read_metadata(folder, redo)
+    needed: dict[str, int] = {}
+    for info in metadata.storage_data.values():
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
+    for name, end in sorted(needed.items()):
+        path = folder / name
+        if not path.is_file():
+            raise RecipeError(f"{field}: optimizer state {folder}: {name} is missing: {redo}")
+        if path.stat().st_size < end:
+            raise RecipeError(f"{field}: optimizer state {folder}: {name} is {path.stat().st_size} bytes, its "
+                              f".metadata needs {end} (truncated): {redo}")  # fmt: skip
     return folder
+
+
+def read_metadata(folder: Path, redo: str):
+    """DCP's metadata of the folder (its tensors' names, global shapes and where their bytes are), or a
+    RecipeError naming the folder."""
+    try:
+        return dcp.FileSystemReader(str(folder)).read_metadata()
+    except Exception as err:  # noqa: BLE001 - a damaged pickle raises anything (EOFError, UnpicklingError, ...)
+        raise RecipeError(
+            f"optimizer state {folder}: its .metadata cannot be read ({type(err).__name__}): {redo}"
+        ) from None
+
+
+def check_optimizer_shapes(model, folder: str | Path) -> None:
+    """Every trainable parameter of `model` has an AdamW state of its own shape in the DCP folder, and the folder
+    holds no other (a state saved from another model shape would be a traceback in DCP's load, or worse): else one
+    RecipeError naming the first parameter that differs."""
+    folder = Path(folder)
+    redo = (
+        "point optimizer_state_from (or model_name_or_path with load_optimizer_state) at a run of this model's shape, "
+        "or drop it for a fresh optimizer"
+    )
+    saved = {}
+    for key, meta in read_metadata(folder, redo).state_dict_metadata.items():
+        prefix, _, rest = key.partition(".state.")
+        if prefix == KEY and rest.endswith(".exp_avg"):
+            saved[rest.removesuffix(".exp_avg")] = list(getattr(meta, "size", []))
+    params = {name: list(p.shape) for name, p in model.named_parameters() if p.requires_grad}
+    for name, shape in params.items():
+        if name not in saved:
+            raise RecipeError(f"optimizer state {folder} has no state for parameter {name} (it was saved "
+                              f"from another model): {redo}")  # fmt: skip
+        if saved[name] != shape:
+            raise RecipeError(f"optimizer state {folder}: parameter {name} is {saved[name]} there, {shape} in this "
+                              f"model: {redo}")  # fmt: skip
+    extra = sorted(set(saved) - set(params))
+    if extra:
+        raise RecipeError(f"optimizer state {folder} holds parameters this model lacks ({extra[0]}, "
+                          f"{len(extra)} in all): {redo}")  # fmt: skip
 
 
 def load_optimizer_state(model, optimizer, folder: str | Path) -> None:
@@ -72,6 +125,8 @@ class ContinueOptimizerStateMixin:
     def __init__(self, *args, optimizer_state_from=None, **kwargs):
         self.optimizer_state_from = optimizer_state_from
         super().__init__(*args, **kwargs)
+        if optimizer_state_from is not None:  # the model is built: its shapes against the state, before training
+            check_optimizer_shapes(self.model, optimizer_state_from)
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         """The Trainer calls this once the optimizer is prepared (sharded) and before any update; the continued

@@ -49,6 +49,7 @@ from instella_recipes.core import (
     resolved_arguments,
     write_manifest,
 )
+from instella_recipes.data.sources import source_identities
 from instella_recipes.data.token_files import describe_data_change
 from instella_recipes.trainer.callbacks import PreemptionCallback
 from instella_recipes.trainer.checkpoints import STAGING, complete_checkpoints, resolve_resume
@@ -123,9 +124,12 @@ class Stage:
         return None
 
     def data_files(self, data) -> list | None:
-        """Per-file identities of the training data (`[name, size, content digest]`), kept beside the fingerprint so
-        a refused resume can name the file that changed (None: no such list)."""
-        return None
+        """Per-file identities of the training data (`[name, size, content digest]`, optionally a 4th item naming
+        the kind of file), kept beside the fingerprint so a refused resume can name the file that changed (None: no
+        such list). Default: the local files of a `sources` field (SFT, DPO, GRPO: `data.sources.source_identities`),
+        whose contents then join the `data` fields in the identity."""
+        sources = values_with_role(DATA, *self.settings).get("sources")
+        return source_identities(sources) if sources else None
 
     def identity(self, data) -> dict:
         """What makes this run this run (compared against the folder's run.json and manifest): every `run` field
@@ -133,8 +137,11 @@ class Stage:
         run may resume on another world size)."""
         identity = values_with_role(RUN, *self.settings)
         fingerprint = self.data_fingerprint(data)
+        files = self.data_files(data)
         if fingerprint is None:
             identity.update(values_with_role(DATA, *self.settings))
+            if files:  # the fields name the files; their contents too must be the same to resume
+                identity["data_content"] = hashlib.sha256(json.dumps(files).encode()).hexdigest()
         identity["data_fingerprint"] = fingerprint
         train = self.args
         identity["global_batch"] = (
@@ -142,7 +149,6 @@ class Stage:
         )
         identity = json.loads(json.dumps(identity, sort_keys=True, default=_plain))
         identity["fingerprint"] = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-        files = self.data_files(data)
         if files:  # not part of the fingerprint (the data fingerprint covers them): only to name what changed
             identity["data_files"] = files
         return identity
