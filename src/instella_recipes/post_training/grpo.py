@@ -21,11 +21,8 @@ Data: one user message = the problem + " " + the authors' prompt suffix; the ref
 template are dropped and counted (VERL's `filter_overlong_prompts`).
 """
 
-import importlib
-import inspect
 import json
 import os
-import re
 import traceback
 from collections import Counter
 from dataclasses import dataclass, field
@@ -46,6 +43,9 @@ from instella_recipes.core import (
 )
 from instella_recipes.core.checks import check_choice
 from instella_recipes.data.sources import PRETRAINING_ONLY, SourceSpec, load_rows
+
+# `final_answer_reward` stays importable here: recipes name it by its old dotted path (rewards/ is its home)
+from instella_recipes.rewards import final_answer_reward, load_reward_funcs  # noqa: F401
 from instella_recipes.trainer.settings import DATA, LAUNCH, RUN, StageSettings
 from instella_recipes.trainer.stage import Stage, run_stage
 
@@ -319,85 +319,6 @@ def prepare_grpo_dataset(dataset: Dataset, tokenizer, args: CheckedGRPOConfig) -
     if args.max_samples is not None:
         rows = rows[: args.max_samples]
     return Dataset.from_list(rows), report
-
-
-# --- rewards ---------------------------------------------------------------------------------------------------------
-class RewardFunctionError(RecipeError):
-    """A reward function raised or returned something other than one number per completion."""
-
-
-def completion_text(completion) -> str:
-    """TRL hands conversational completions as message lists; the graders read the assistant's text."""
-    if isinstance(completion, list):
-        return "".join(m.get("content") or "" for m in completion if isinstance(m, dict))
-    return completion
-
-
-def checked_reward(fn, name: str):
-    """`fn` as TRL calls it (completions as text, the reference answers as `ground_truth`), with a failure turned
-    into one clear line: which function, what it raised, on which completion."""
-
-    def reward(completions, ground_truth, **kwargs):
-        texts = [completion_text(c) for c in completions]
-        try:
-            values = fn(texts, ground_truth, **kwargs)
-        except Exception as err:  # any error of user code: the run stops with its name, not a TRL traceback
-            raise RewardFunctionError(
-                f"reward function {name} raised {type(err).__name__}: {err} (batch of {len(texts)} completions, first "
-                f"ground truth {ground_truth[0]!r}); fix it and rerun: training resumes from the last checkpoint"
-            ) from err
-        bad = [v for v in values if v is not None and not isinstance(v, int | float)]
-        if len(values) != len(texts) or bad:
-            raise RewardFunctionError(
-                f"reward function {name} returned {len(values)} values for {len(texts)} completions"
-                + (f" (not numbers: {bad[:3]!r})" if bad else "")
-                + "; it must return one float (or None) per completion"
-            )
-        return [None if v is None else float(v) for v in values]
-
-    reward.__name__ = name.rsplit(".", 1)[-1]
-    return reward
-
-
-BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
-ANSWER_IS = re.compile(r"answer is:?\s*\$?(-?[\d,]*\.?\d+)")
-
-
-def final_answer_reward(completions: list[str], ground_truth: list[str], **kwargs) -> list[float]:
-    """1.0 when the completion's final answer (its last `\\boxed{}`, else the number after its last "answer is")
-    equals the reference number, else 0.0. For numeric answers only (the tiny demo's arithmetic, GSM8K-style); the
-    published stages grade with the authors' Prime-RL grader (`DEFAULT_REWARD`)."""
-    scores = []
-    for text, truth in zip(completions, ground_truth, strict=True):
-        found = BOXED.findall(text) or ANSWER_IS.findall(text)
-        scores.append(float(bool(found) and _as_number(found[-1]) == _as_number(str(truth))))
-    return scores
-
-
-def _as_number(text: str) -> float | None:
-    try:
-        return float(text.replace(",", "").strip().rstrip("."))
-    except ValueError:
-        return None
-
-
-def load_reward_funcs(names: list[str]) -> list:
-    """Each dotted path imported (as TRL's own `trl/scripts/grpo.py` does), checked for the argument it needs."""
-    funcs = []
-    for name in names:
-        module_path, _, attr = name.rpartition(".")
-        try:
-            fn = getattr(importlib.import_module(module_path), attr)
-        except (ImportError, AttributeError, ValueError) as err:
-            raise RecipeError(
-                f"reward_funcs: cannot import '{name}' ({err}); give a dotted path module.function"
-            ) from None
-        params = inspect.signature(fn).parameters
-        takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
-        if len(params) < 2 and not takes_kwargs:
-            raise RecipeError(f"reward_funcs: {name} must take (completions, ground_truth, **kwargs)")
-        funcs.append(checked_reward(fn, name))
-    return funcs
 
 
 # --- the run ---------------------------------------------------------------------------------------------------------

@@ -14,18 +14,13 @@ from instella_recipes.core import RecipeError, parse_recipe
 from instella_recipes.post_training.grpo import (
     PROMPT_SUFFIX,
     CheckedGRPOConfig,
-    RewardFunctionError,
     check_lengths,
-    checked_reward,
     engine_failure,
-    final_answer_reward,
-    load_reward_funcs,
     prepare_grpo_dataset,
     server_failure,
 )
 from instella_recipes.post_training.run import CheckedModelConfig
 from instella_recipes.post_training.template import install_chat_template
-from tests.helpers import grpo_rewards
 
 ROOT = Path(__file__).resolve().parents[3]
 MATH = ROOT / "recipes" / "instella-3b-math"
@@ -82,7 +77,7 @@ def test_stages_chain_and_tiny_recipe_parses():
         "runs/instella-3b-math/grpo_stage2",
     ]
     args, _ = parse(ROOT / "recipes" / "tiny" / "grpo.yaml")
-    assert args.reward_funcs == ["instella_recipes.post_training.grpo.final_answer_reward"]
+    assert args.reward_funcs == ["instella_recipes.rewards.final_answer_reward"]
 
 
 @pytest.fixture(scope="module")
@@ -132,22 +127,6 @@ def test_missing_answer_column_is_one_error_naming_the_field(tmp_path, tokenizer
     assert data["ground_truth"] == ["2"]
 
 
-def test_reward_function_that_raises_is_one_clear_line():
-    reward = checked_reward(grpo_rewards.raises, "tests.helpers.grpo_rewards.raises")
-    completions = [[{"role": "assistant", "content": "The answer is 2."}]]
-    with pytest.raises(RewardFunctionError) as err:
-        reward(completions, ["2"])
-    message = str(err.value)
-    assert "\n" not in message
-    assert "reward function tests.helpers.grpo_rewards.raises raised ZeroDivisionError: division by zero" in message
-    assert "resumes from the last checkpoint" in message
-    wrong_count = checked_reward(lambda c, g, **k: [1.0], "short")
-    with pytest.raises(RewardFunctionError, match="returned 1 values for 2 completions"):
-        wrong_count(["a", "b"], ["1", "2"])
-    with pytest.raises(RecipeError, match="cannot import 'no_such_module.reward'"):
-        load_reward_funcs(["no_such_module.reward"])
-
-
 def test_rollout_cap_the_model_cannot_hold_is_refused(tmp_path, tiny_model_dir):
     class Model:
         model_name_or_path = str(tiny_model_dir)  # max_position_embeddings 256
@@ -184,11 +163,6 @@ def test_objective_settings_that_cannot_combine_are_refused(tmp_path):
     with pytest.raises(RecipeError, match="loss_type 'dapo'"):
         grpo_args(tmp_path, loss_type="dapo")
     assert grpo_args(tmp_path, loss_type="dapo", kl_clamp=None).kl_clamp is None
-
-
-def test_final_answer_reward():
-    completions = ["3 + 4 = 7. The answer is 7.", "so \\boxed{1,234}", "The answer is 8.", "no answer", "answer is 7"]
-    assert final_answer_reward(completions, ["7", "1234", "7", "7", "7.0"]) == [1.0, 1.0, 0.0, 0.0, 1.0]
 
 
 def test_pipeline_chains_instruct_sft_grpo_eval_and_releases_under_the_hub_names():
