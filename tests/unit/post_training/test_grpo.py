@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 from datasets import Dataset
 
 from instella_recipes.core import RecipeError, parse_recipe
@@ -19,8 +20,10 @@ from instella_recipes.post_training.grpo import (
     prepare_grpo_dataset,
     server_failure,
 )
+from instella_recipes.post_training.grpo_signal import RewardSignal, has_signal
 from instella_recipes.post_training.run import CheckedModelConfig
 from instella_recipes.post_training.template import install_chat_template
+from instella_recipes.rewards import load_reward_funcs
 
 ROOT = Path(__file__).resolve().parents[3]
 MATH = ROOT / "recipes" / "instella-3b-math"
@@ -125,6 +128,63 @@ def test_missing_answer_column_is_one_error_naming_the_field(tmp_path, tokenizer
         rows, tokenizer, grpo_args(tmp_path, prompt_column="question", answer_column="final_answer")
     )
     assert data["ground_truth"] == ["2"]
+
+
+def test_answers_the_reward_cannot_read_are_dropped_counted_or_refused(tmp_path, tokenizer):
+    (reward,) = load_reward_funcs(["instella_recipes.rewards.final_answer_reward"])
+    gsm8k = [{"problem": f"What is {n} + 1?", "answer": f"{n} + 1 = {n + 1}.\n#### {n + 1}"} for n in range(3)]
+    data, report = prepare_grpo_dataset(
+        Dataset.from_list([*gsm8k, {"problem": "Name it.", "answer": "five"}]),
+        tokenizer,
+        grpo_args(tmp_path),
+        [reward],
+    )
+    assert len(data) == 3 and report["skipped"] == {"reference answer the reward cannot read": 1}
+    assert "'five' (not a number, nor a GSM8K answer" in report["first_unreadable_answer"]
+    words = Dataset.from_list([{"problem": "Name it.", "answer": "five"}] * 3)
+    with pytest.raises(RecipeError) as err:
+        prepare_grpo_dataset(words, tokenizer, grpo_args(tmp_path), [reward])
+    assert "\n" not in str(
+        err.value
+    ) and "first unreadable answer: answer: final_answer_reward cannot read 'five'" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [
+        ("temperature", "0", "temperature must be > 0, got 0.0"),
+        ("num_generations", "0", "num_generations must be >= 2, got 0"),
+        ("top_p", "0", "top_p must be in (0, 1], got 0.0"),
+        ("top_k", "-1", "top_k must be >= 0, got -1"),
+        ("max_completion_length", "0", "max_completion_length must be >= 1, got 0"),
+        ("num_iterations", "0", "num_iterations must be >= 1, got 0"),
+        ("steps_per_generation", "0", "steps_per_generation must be >= 1, got 0"),
+        ("epsilon", "-0.2", "epsilon must be > 0, got -0.2"),
+        ("delta", "0.5", "delta must be > 1, got 0.5"),
+    ],
+)
+def test_bad_grpo_numbers_are_one_line(flag, value, says):
+    with pytest.raises(RecipeError) as err:
+        parse(ROOT / "recipes" / "tiny" / "grpo.yaml", f"--{flag}", value)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_reward_signal_tracks_groups_without_a_spread(caplog):
+    signal = RewardSignal(["r"], warn_after=2)
+    same = torch.tensor([1.0, 1.0, 0.0, 0.0])  # two groups of 2, each all-equal: no signal
+    assert not has_signal(same, 2) and has_signal(torch.tensor([1.0, 0.0, 0.0, 0.0]), 2)
+    assert not has_signal(torch.tensor([float("nan"), 1.0, 0.0, 0.0]), 2)  # one finite reward is no spread
+    with caplog.at_level("WARNING"):
+        for step in range(3):
+            signal.observe(same.view(-1, 1), same, 2, step)
+    assert [r.getMessage() for r in caplog.records if "no learning signal for 2 rollout batches" in r.getMessage()]
+    message = signal.no_signal_error([])
+    assert message.startswith("GRPO learned nothing") and "reward functions: r (values 0..1)" in message
+    # the logged history decides across a resume: one logged step with a spread is a signal
+    assert signal.no_signal_error([{"frac_reward_zero_std": 1.0}, {"frac_reward_zero_std": 0.5}]) is None
+    assert signal.no_signal_error([{"frac_reward_zero_std": 1.0}]) is not None
+    signal.observe(torch.tensor([[1.0], [0.0]]), torch.tensor([1.0, 0.0]), 2, 3)
+    assert signal.no_signal_error([]) is None
 
 
 def test_rollout_cap_the_model_cannot_hold_is_refused(tmp_path, tiny_model_dir):
