@@ -80,5 +80,5 @@ def test_run_without_a_learning_signal_fails_with_one_line_and_no_manifest(tiny_
     assert done.returncode == 2, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert "GRPO learned nothing" in errors[0] and "always_zero (values 0..0)" in errors[0]
+    assert "GRPO learned nothing" in errors[0] and "tests.helpers.grpo_rewards.always_zero (values 0..0)" in errors[0]
     assert not (out / "manifest.json").exists() and not (out / "model.safetensors").exists()

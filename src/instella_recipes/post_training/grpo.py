@@ -192,7 +192,7 @@ class InstellaGRPOTrainer(GRPOTrainer):
         self._rewards_per_func = None
         self._policy_logps = None
         super().__init__(*args, **kwargs)
-        self.reward_signal = RewardSignal([f.__name__ for f in self.reward_funcs])
+        self.reward_signal = RewardSignal([getattr(f, "dotted_name", f.__name__) for f in self.reward_funcs])
         if self.use_vllm and self.vllm_mode == "colocate" and vllm_newer_than_trl_tested():
             # TRL builds its VLLMGeneration inside __init__ with no factory to override: the instance takes our
             # subclass, which adds no state and replaces only sync_weights

@@ -54,7 +54,8 @@ def checked_reward(fn, name: str):
             ) from err
         return check_reward_values(values, name, len(texts))
 
-    reward.__name__ = name.rsplit(".", 1)[-1]
+    reward.__name__ = name.rsplit(".", 1)[-1]  # TRL logs each function's rewards under this name
+    reward.dotted_name = name
     reward.ground_truth_problem = getattr(fn, "ground_truth_problem", None)
     return reward
 
