@@ -89,5 +89,6 @@ def test_reference_answers_the_reward_cannot_read_are_named():
     assert ground_truth_problem([reward], "five") == (
         "final_answer_reward cannot read 'five' (not a number, nor a GSM8K answer ending '#### <number>')"
     )
-    (grader,) = load_reward_funcs(["instella_recipes.rewards.reward"])  # the Prime-RL grader reads any answer
+    (grader,) = load_reward_funcs(["instella_recipes.rewards.reward"])  # the Prime-RL grader reads a final answer
     assert ground_truth_problem([grader], "\\frac{1}{2}") is None
+    assert "a GSM8K worked answer" in ground_truth_problem([grader], "4 + 1 = 5.\n#### 5")
