@@ -261,3 +261,20 @@ def test_report_shows_reward_and_pass_rates_per_step(tmp_path):
     assert "| step | reward | pass@1 | pass@4 |" in lines
     assert "| 1 | 0.250 | 0.250 | 0.500 |" in lines and "| 2 | 0.500 | 0.500 | 1.000 |" in lines
     assert (tmp_path / "grpo_grpo.png").is_file()
+
+
+def test_run_without_a_signal_fails_unless_allowed_or_preempted(tmp_path):
+    from types import SimpleNamespace
+
+    from instella_recipes.post_training.grpo import GRPOStage
+
+    signal = RewardSignal(["my.reward"])
+    signal.observe(torch.zeros(4, 1), torch.zeros(4), 2, 1)
+    trainer = SimpleNamespace(reward_signal=signal, state=SimpleNamespace(log_history=[{"frac_reward_zero_std": 1.0}]))
+    stage = GRPOStage(grpo_args(tmp_path), None)
+    with pytest.raises(RecipeError, match=r"GRPO learned nothing: .*my.reward \(values 0..0\)"):
+        stage.after_train(trainer)
+    stage.preemption = SimpleNamespace(preempted=True)  # stopped early: the rerun resumes, nothing is judged yet
+    stage.after_train(trainer)
+    stage.preemption = None
+    GRPOStage(grpo_args(tmp_path, allow_no_signal=True), None).after_train(trainer)  # a warning, not an error
