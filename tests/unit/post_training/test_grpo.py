@@ -161,12 +161,18 @@ def test_answers_the_reward_cannot_read_are_dropped_counted_or_refused(tmp_path,
         ("steps_per_generation", "0", "steps_per_generation must be >= 1, got 0"),
         ("epsilon", "-0.2", "epsilon must be > 0, got -0.2"),
         ("delta", "0.5", "delta must be > 1, got 0.5"),
+        ("beta", "-0.1", "beta must be >= 0, got -0.1 (the KL coefficient; 0 turns the KL term off)"),
     ],
 )
 def test_bad_grpo_numbers_are_one_line(flag, value, says):
     with pytest.raises(RecipeError) as err:
         parse(ROOT / "recipes" / "tiny" / "grpo.yaml", f"--{flag}", value)
     assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_grpo_beta_0_turns_the_kl_off_and_is_accepted():
+    args, _ = parse(ROOT / "recipes" / "tiny" / "grpo.yaml", "--beta", "0")
+    assert args.beta == 0.0
 
 
 def test_reward_signal_tracks_groups_without_a_spread(caplog):
