@@ -435,6 +435,8 @@ def run_lm_eval(cmd: list[str], env: dict[str, str], output_path: str | None) ->
     finally:
         for sig, previous in forward.items():
             signal.signal(sig, previous)
+    if code < 0:  # killed by a signal: the shell's convention, 128 + its number
+        code = 128 - code
     if code != 0:
         logger.error(f"lm_eval exited with code {code}; no results were checked")
         return code

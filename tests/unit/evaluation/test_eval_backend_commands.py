@@ -133,6 +133,8 @@ def test_lm_eval_run_that_leaves_no_results_file_is_a_failure(tmp_path):
     with pytest.raises(RecipeError, match=f"lm_eval exited 0 but wrote no results file under {out}"):
         run.run_lm_eval([sys.executable, "-c", "pass"], {}, str(out))
     assert run.run_lm_eval([sys.executable, "-c", "raise SystemExit(3)"], {}, str(out)) == 3
+    killed = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    assert run.run_lm_eval([sys.executable, "-c", killed], {}, str(out)) == 128 + 9
     folder = out / "model_name"
     write = f"import pathlib; p = pathlib.Path({str(folder)!r}); p.mkdir(parents=True); (p / 'results_x.json').touch()"
     assert run.run_lm_eval([sys.executable, "-c", write], {}, str(out)) == 0
