@@ -65,9 +65,7 @@ def test_reward_output_as_numbers_of_any_kind_is_accepted():
 
 
 def test_reward_funcs_naming_what_is_not_a_function_is_one_line():
-    with pytest.raises(
-        RecipeError, match=r"grpo_rewards.NOT_A_FUNCTION is a float \(0.5\), not a function"
-    ):
+    with pytest.raises(RecipeError, match=r"grpo_rewards.NOT_A_FUNCTION is a float \(0.5\), not a function"):
         load_reward_funcs(["tests.helpers.grpo_rewards.NOT_A_FUNCTION"])
     with pytest.raises(RecipeError, match=r"reward_funcs: 1.5 is not a dotted path"):
         load_reward_funcs([1.5])
