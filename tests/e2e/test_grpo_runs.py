@@ -69,3 +69,16 @@ def test_missing_answer_column_fails_before_any_work(tiny_model_dir, tmp_path):
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "no column 'final_answer' (answer_column)" in errors[0], done.stderr[-2000:]
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_run_without_a_learning_signal_fails_with_one_line_and_no_manifest(tiny_model_dir, tmp_path):
+    """A reward that is the same for every completion gives every group advantage 0 at every step: the run ends with
+    exit 2 and one line naming the reward function and its range, not with a complete-looking model."""
+    out = tmp_path / "grpo"
+    done = grpo(tiny_model_dir, out, "--reward_funcs", "tests.helpers.grpo_rewards.always_zero", "--max_steps", "2",
+                check=False)  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "GRPO learned nothing" in errors[0] and "tests.helpers.grpo_rewards.always_zero (values 0..0)" in errors[0]
+    assert not (out / "manifest.json").exists() and not (out / "model.safetensors").exists()

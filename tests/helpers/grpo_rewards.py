@@ -26,3 +26,21 @@ def digit_share_with_a_bug(completions, ground_truth, trainer_state=None, **kwar
     if os.environ.get("GRPO_TEST_REWARD_BUG") and trainer_state is not None and trainer_state.global_step >= 2:
         raise KeyError("missing_field")
     return digit_share(completions, ground_truth)
+
+
+def always_zero(completions, ground_truth, **kwargs):
+    """A reward that never varies: every group's advantages are 0, GRPO learns nothing."""
+    return [0.0] * len(completions)
+
+
+def returns_nan(completions, ground_truth, **kwargs):
+    """A reward function with a bug: NaN for the second completion."""
+    return [0.0 if i != 1 else float("nan") for i in range(len(completions))]
+
+
+def returns_generator(completions, ground_truth, **kwargs):
+    """A reward function that forgot its list(...)."""
+    return (0.0 for _ in completions)
+
+
+NOT_A_FUNCTION = 0.5  # what a recipe's reward_funcs must not name

@@ -7,7 +7,9 @@ concatenation, so a round trip is bit-exact. Both directions are generators that
 fused group in memory.
 """
 
+import json
 import re
+import shutil
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -15,10 +17,25 @@ from pathlib import Path
 
 import torch
 
-from instella_recipes.core import RecipeError, atomic_output_dir, exit_on_recipe_error, parse_recipe, setup_logging
+from instella_recipes.core import (
+    RecipeError,
+    atomic_output_dir,
+    exit_on_recipe_error,
+    get_logger,
+    parse_recipe,
+    setup_logging,
+)
 from instella_recipes.core.checks import check_range
 from instella_recipes.weights.safetensors_io import TensorSource, plan_shards, write_shards
 from modeling_instella import InstellaConfig
+
+logger = get_logger(__name__)
+# What a model folder holds besides weights and config that a converted copy keeps: the tokenizer (and the generation
+# defaults), so that the output loads as the input did.
+TOKENIZER_COPIES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
+    "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json", "generation_config.json",
+)  # fmt: skip
 
 # One-to-one renames: training key pattern -> Hub key pattern ({i} is the layer index).
 _RENAMES = {
@@ -124,13 +141,32 @@ def same_tensors(keys: Iterable[str], get_tensor: Callable[[str], torch.Tensor],
 
 
 def load_config(path: Path | None, source: Path) -> InstellaConfig:
-    candidates = [path] if path else [source / "config.json" if source.is_dir() else source.parent / "config.json"]
-    for candidate in candidates:
-        if candidate and candidate.is_file():
-            return InstellaConfig.from_pretrained(candidate)
-    raise RecipeError(
-        f"no config found at {candidates[0]}: pass --model_config path/to/config.json (the model's shape)"
-    )
+    """The Instella config of the conversion: `path`, else the input folder's (or the input file's folder's)
+    config.json. A config of another model type (a Llama checkpoint) is refused: the converter knows Instella's
+    layout only, and an Instella config written over other weights makes a folder no loader accepts."""
+    candidate = path or (source / "config.json" if source.is_dir() else source.parent / "config.json")
+    if not candidate.is_file():
+        raise RecipeError(
+            f"no config found at {candidate}: pass --model_config path/to/config.json (the model's shape)"
+        )
+    try:
+        model_type = json.loads(candidate.read_text()).get("model_type")
+    except (ValueError, AttributeError) as err:
+        raise RecipeError(f"{candidate}: not a JSON model config ({err})") from None
+    if model_type not in (None, InstellaConfig.model_type):
+        raise RecipeError(
+            f"{candidate}: model_type '{model_type}', but this converter handles Instella checkpoints only "
+            f"(model_type '{InstellaConfig.model_type}'); a {model_type} model's RoPE is changed in its own config"
+        )
+    return InstellaConfig.from_pretrained(candidate)
+
+
+def copy_tokenizer(source: Path, folder: Path) -> list[str]:
+    """The tokenizer files (`TOKENIZER_COPIES`) of the input folder copied into `folder`; returns their names."""
+    names = [name for name in TOKENIZER_COPIES if (source / name).is_file()] if source.is_dir() else []
+    for name in names:
+        shutil.copy2(source / name, folder / name)
+    return names
 
 
 def convert_checkpoint(
@@ -143,6 +179,8 @@ def convert_checkpoint(
     `RECONFIGURABLE`) are set in the written config: `reconfigure` copies a Hub checkpoint with a new RoPE (Instella-
     Long's start point). Returns the number of tensors written."""
     source_path, output = Path(source_path), Path(output)
+    if not source_path.exists():
+        raise RecipeError(f"--input {source_path} does not exist: give the checkpoint file or folder to convert")
     config = load_config(Path(config_path) if config_path else None, source_path)
     for key, value in (config_changes or {}).items():
         if key == "rope_theta":  # transformers 5 keeps it in rope_parameters; to_dict writes the legacy key too
@@ -158,6 +196,9 @@ def convert_checkpoint(
     with atomic_output_dir(output, overwrite, inputs=[("the input", str(source_path))], what="output") as partial:
         count = write_shards(stream(source.keys(), source, config), partial, plan)
         config.save_pretrained(partial)  # the published auto_map and modeling_instella.py (remote code)
+        copied = copy_tokenizer(source_path, Path(partial))
+    if not copied:
+        logger.warning(f"{source_path} holds no tokenizer files: {output} has none (save one there before loading)")
     return count
 
 

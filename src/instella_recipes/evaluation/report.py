@@ -115,6 +115,24 @@ def warn_not_a_number(file: Path, scores: dict[str, float]) -> None:
         )
 
 
+def warn_not_numbers(file: Path, results: dict, suite: str, published: dict, scores: dict[str, float]) -> None:
+    """A metric the result file holds as something other than a number (a string such as "N/A", a list) cannot be
+    scored: its column is shown as "-" and left out of the average, like a missing one; say so, naming the column,
+    the task, the metric and the file."""
+    for label, member in published["columns"].items():
+        if member is None or label in scores:
+            continue
+        metric, names = _member_keys(suite, member)
+        for name in names:
+            value = results.get(name, {}).get(metric)
+            if value is not None:
+                logger.warning(
+                    f"{file}: {label} ({name} {metric}) is {value!r:.40} ({type(value).__name__}), not a number; "
+                    f"shown as '-' and left out of the average"
+                )
+                break
+
+
 def build_rows(suite, result_files, names=None, judge=None) -> tuple[dict, list[dict]]:
     """The published table plus one row per result file, each row {name, scores, avg, n, offline, kind}."""
     published = load_published(suite)
@@ -127,6 +145,7 @@ def build_rows(suite, result_files, names=None, judge=None) -> tuple[dict, list[
             raise RecipeError(f"{path} is not an lm-eval result file (no 'results' key)")
         scores, offline = scores_from_results(data["results"], suite, published)
         warn_not_a_number(file, scores)
+        warn_not_numbers(file, data["results"], suite, published, scores)
         for label, value in (judge or {}).items():
             if label not in columns:
                 raise RecipeError(f"--judge {label}: not a column of {suite} ({', '.join(columns)})")

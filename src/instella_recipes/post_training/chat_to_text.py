@@ -49,8 +49,10 @@ def write_chat_text(args: ChatToTextArguments) -> Path:
                 text = chat_to_text(row["messages"])
             except ValueError as err:  # nothing is left behind: atomic_file drops the partial output
                 raise RecipeError(
-                    f"sources {', '.join(map(str, args.sources))}: row {number} of the mixture: {err}; the "
-                    f"'{args.converter}' converter needs string contents (fix the source, or choose its converter)"
+                    f"sources {', '.join(map(str, args.sources))}: row {number} of the mixture ({_opening(row)}): "
+                    f"{err}; the "
+                    f"'{args.converter}' converter needs system/user/assistant messages with string contents (fix "
+                    f"the source, or choose its converter)"
                 ) from None
             if not text.strip():
                 skipped += 1
@@ -59,6 +61,13 @@ def write_chat_text(args: ChatToTextArguments) -> Path:
             written += 1
     logger.info(f"chat_to_text: wrote {written} documents to {out}; skipped {skipped} empty conversations")
     return out
+
+
+def _opening(row: dict) -> str:
+    """How a row starts, to find it in its source (the mixture is shuffled: its row number is not the source's)."""
+    first = (row.get("messages") or [None])[0]
+    content = first.get("content") if isinstance(first, dict) else first
+    return f"its first message {str(content)!r:.60}"
 
 
 @exit_on_recipe_error

@@ -11,6 +11,8 @@ the columns it found.
 import random
 from collections.abc import Callable, Iterable, Iterator
 
+from .template import ROLES
+
 
 def _chat(user: str, assistant: str) -> dict:
     return {"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]}
@@ -173,8 +175,13 @@ SEQUENTIAL_CONVERTERS: dict[str, Callable[..., Iterator[dict]]] = {
 def chat_to_text(conversation: list[dict]) -> str:
     """Stage-2 pretraining text from a chat (SPEC.md section 2): each message's content stripped, plus "\\n", no role
     tags. The pretraining packer adds the EOS between documents. A content that is not a string (a number, a list)
-    is a `ValueError` saying what it is: its Python repr is not the text of a chat."""
+    is a `ValueError` saying what it is: its Python repr is not the text of a chat; so is a role other than system /
+    user / assistant (`template.ROLES`, what SFT accepts): a "wizard" turn is a broken or foreign source, whose text
+    would enter pretraining unnoticed."""
     for i, m in enumerate(conversation):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            role = m.get("role") if isinstance(m, dict) else m
+            raise ValueError(f"message {i}'s role is {role!r:.40}, not one of {', '.join(ROLES)}")
         if not isinstance(m["content"], str):
             shown = repr(m["content"])
             shown = shown if len(shown) <= 60 else shown[:57] + "..."

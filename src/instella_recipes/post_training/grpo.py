@@ -21,11 +21,8 @@ Data: one user message = the problem + " " + the authors' prompt suffix; the ref
 template are dropped and counted (VERL's `filter_overlong_prompts`).
 """
 
-import importlib
-import inspect
 import json
 import os
-import re
 import traceback
 from collections import Counter
 from dataclasses import dataclass, field
@@ -46,9 +43,13 @@ from instella_recipes.core import (
 )
 from instella_recipes.core.checks import check_choice
 from instella_recipes.data.sources import PRETRAINING_ONLY, SourceSpec, load_rows
+
+# `final_answer_reward` stays importable here: recipes name it by its old dotted path (rewards/ is its home)
+from instella_recipes.rewards import final_answer_reward, ground_truth_problem, load_reward_funcs  # noqa: F401
 from instella_recipes.trainer.settings import DATA, LAUNCH, RUN, StageSettings
 from instella_recipes.trainer.stage import Stage, run_stage
 
+from .grpo_signal import RewardSignal
 from .run import (
     CheckedModelConfig,
     PostTrainingData,
@@ -122,6 +123,10 @@ class CheckedGRPOConfig(StageSettings, GRPOConfig):
     max_skip_fraction: float = field(
         default=0.5, metadata={"role": LAUNCH, "help": "Error if more prompts than this are dropped."}
     )
+    allow_no_signal: bool = field(
+        default=False,
+        metadata={"role": LAUNCH, "help": "Finish even when no step had a learning signal (grpo_signal.py)."},
+    )
     torch_num_threads: int | None = field(
         default=None, metadata={"role": LAUNCH, "help": "CPU runs: intra-op threads."}
     )
@@ -134,6 +139,7 @@ class CheckedGRPOConfig(StageSettings, GRPOConfig):
         check_range("max_samples", self.max_samples, 1, integer=True, allow_none=True)
         check_range("max_skip_fraction", self.max_skip_fraction, 0, 1)
         check_range("torch_num_threads", self.torch_num_threads, 1, integer=True, allow_none=True)
+        check_sampling(self)
         if not self.reward_funcs:
             raise RecipeError("reward_funcs is empty: name at least one reward function (a dotted import path)")
         if self.kl_clamp is not None and self.loss_type != "bnpo":
@@ -186,6 +192,7 @@ class InstellaGRPOTrainer(GRPOTrainer):
         self._rewards_per_func = None
         self._policy_logps = None
         super().__init__(*args, **kwargs)
+        self.reward_signal = RewardSignal([getattr(f, "dotted_name", f.__name__) for f in self.reward_funcs])
         if self.use_vllm and self.vllm_mode == "colocate" and vllm_newer_than_trl_tested():
             # TRL builds its VLLMGeneration inside __init__ with no factory to override: the instance takes our
             # subclass, which adds no state and replaces only sync_weights
@@ -206,6 +213,8 @@ class InstellaGRPOTrainer(GRPOTrainer):
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # unscorable: TRL's rule
         num_generations = self.num_generations if self.model.training else self.num_generations_eval
         self._log_pass_rates(rewards, num_generations)
+        if self.model.training:
+            self.reward_signal.observe(rewards_per_func, rewards, num_generations, self.state.global_step)
         if self.advantage_epsilon is None:
             return output
         advantages = grpo_advantages(rewards, num_generations, self.advantage_epsilon)
@@ -285,13 +294,16 @@ def check_columns(dataset: Dataset, prompt_column: str, answer_column: str) -> N
             )
 
 
-def prepare_grpo_dataset(dataset: Dataset, tokenizer, args: CheckedGRPOConfig) -> tuple[Dataset, dict]:
+def prepare_grpo_dataset(
+    dataset: Dataset, tokenizer, args: CheckedGRPOConfig, reward_funcs=()
+) -> tuple[Dataset, dict]:
     """Rows -> {prompt: [one user message: problem + " " + suffix], ground_truth: answer}; rows without a problem or an
-    answer and prompts over `max_prompt_length` tokens (chat template + generation prompt applied, as VERL's
-    filter counts them) are dropped and counted. Returns (dataset, report)."""
+    answer, rows whose answer one of `reward_funcs` cannot read (`rewards.ground_truth_problem`) and prompts over
+    `max_prompt_length` tokens (chat template + generation prompt applied, as VERL's filter counts them) are dropped
+    and counted. Returns (dataset, report)."""
     check_columns(dataset, args.prompt_column, args.answer_column)
     suffix = f" {args.prompt_suffix}" if args.prompt_suffix else ""
-    rows, counts = [], Counter()
+    rows, counts, unreadable = [], Counter(), None
     for row in dataset:
         problem, answer = row[args.prompt_column], row[args.answer_column]
         if not isinstance(problem, str) or not problem.strip():
@@ -299,6 +311,12 @@ def prepare_grpo_dataset(dataset: Dataset, tokenizer, args: CheckedGRPOConfig) -
             continue
         if answer is None or str(answer).strip() == "":
             counts["no reference answer"] += 1
+            continue
+        problem_with_answer = ground_truth_problem(reward_funcs, answer)
+        if problem_with_answer is not None:
+            counts["reference answer the reward cannot read"] += 1
+            where = f" in {row['_source']}" if "_source" in row else ""
+            unreadable = unreadable or f"{args.answer_column}{where}: {problem_with_answer}"
             continue
         prompt = [{"role": "user", "content": problem + suffix}]
         if args.max_prompt_length is not None:
@@ -311,93 +329,19 @@ def prepare_grpo_dataset(dataset: Dataset, tokenizer, args: CheckedGRPOConfig) -
     report["summary"] = f"[grpo data] {len(dataset)} prompts: kept {len(rows)}; skipped: " + (
         ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "none"
     )
+    if unreadable:
+        report["first_unreadable_answer"] = unreadable
     if not rows or sum(counts.values()) > args.max_skip_fraction * len(dataset):
         raise RecipeError(
             f"{report['summary']}. More than max_skip_fraction={args.max_skip_fraction} of the prompts are unusable: "
             f"check prompt_column / answer_column and max_prompt_length"
+            + (f" (first unreadable answer: {unreadable})" if unreadable else "")
         )
+    if unreadable:
+        logger.warning(f"[grpo data] dropped the prompts whose answer the reward cannot read; the first: {unreadable}")
     if args.max_samples is not None:
         rows = rows[: args.max_samples]
     return Dataset.from_list(rows), report
-
-
-# --- rewards ---------------------------------------------------------------------------------------------------------
-class RewardFunctionError(RecipeError):
-    """A reward function raised or returned something other than one number per completion."""
-
-
-def completion_text(completion) -> str:
-    """TRL hands conversational completions as message lists; the graders read the assistant's text."""
-    if isinstance(completion, list):
-        return "".join(m.get("content") or "" for m in completion if isinstance(m, dict))
-    return completion
-
-
-def checked_reward(fn, name: str):
-    """`fn` as TRL calls it (completions as text, the reference answers as `ground_truth`), with a failure turned
-    into one clear line: which function, what it raised, on which completion."""
-
-    def reward(completions, ground_truth, **kwargs):
-        texts = [completion_text(c) for c in completions]
-        try:
-            values = fn(texts, ground_truth, **kwargs)
-        except Exception as err:  # any error of user code: the run stops with its name, not a TRL traceback
-            raise RewardFunctionError(
-                f"reward function {name} raised {type(err).__name__}: {err} (batch of {len(texts)} completions, first "
-                f"ground truth {ground_truth[0]!r}); fix it and rerun: training resumes from the last checkpoint"
-            ) from err
-        bad = [v for v in values if v is not None and not isinstance(v, int | float)]
-        if len(values) != len(texts) or bad:
-            raise RewardFunctionError(
-                f"reward function {name} returned {len(values)} values for {len(texts)} completions"
-                + (f" (not numbers: {bad[:3]!r})" if bad else "")
-                + "; it must return one float (or None) per completion"
-            )
-        return [None if v is None else float(v) for v in values]
-
-    reward.__name__ = name.rsplit(".", 1)[-1]
-    return reward
-
-
-BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
-ANSWER_IS = re.compile(r"answer is:?\s*\$?(-?[\d,]*\.?\d+)")
-
-
-def final_answer_reward(completions: list[str], ground_truth: list[str], **kwargs) -> list[float]:
-    """1.0 when the completion's final answer (its last `\\boxed{}`, else the number after its last "answer is")
-    equals the reference number, else 0.0. For numeric answers only (the tiny demo's arithmetic, GSM8K-style); the
-    published stages grade with the authors' Prime-RL grader (`DEFAULT_REWARD`)."""
-    scores = []
-    for text, truth in zip(completions, ground_truth, strict=True):
-        found = BOXED.findall(text) or ANSWER_IS.findall(text)
-        scores.append(float(bool(found) and _as_number(found[-1]) == _as_number(str(truth))))
-    return scores
-
-
-def _as_number(text: str) -> float | None:
-    try:
-        return float(text.replace(",", "").strip().rstrip("."))
-    except ValueError:
-        return None
-
-
-def load_reward_funcs(names: list[str]) -> list:
-    """Each dotted path imported (as TRL's own `trl/scripts/grpo.py` does), checked for the argument it needs."""
-    funcs = []
-    for name in names:
-        module_path, _, attr = name.rpartition(".")
-        try:
-            fn = getattr(importlib.import_module(module_path), attr)
-        except (ImportError, AttributeError, ValueError) as err:
-            raise RecipeError(
-                f"reward_funcs: cannot import '{name}' ({err}); give a dotted path module.function"
-            ) from None
-        params = inspect.signature(fn).parameters
-        takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
-        if len(params) < 2 and not takes_kwargs:
-            raise RecipeError(f"reward_funcs: {name} must take (completions, ground_truth, **kwargs)")
-        funcs.append(checked_reward(fn, name))
-    return funcs
 
 
 # --- the run ---------------------------------------------------------------------------------------------------------
@@ -418,6 +362,25 @@ def check_lengths(args: CheckedGRPOConfig, model_args) -> None:
         )
 
 
+def check_sampling(args: CheckedGRPOConfig) -> None:
+    """GRPO's own numbers, each in its range before TRL sees it (TRL divides by some of them: a 0 is a traceback
+    there, or a run that samples nothing)."""
+    check_range("num_generations", args.num_generations, 2, integer=True, hint="GRPO compares a group of completions")
+    check_range("num_generations_eval", args.num_generations_eval, 1, integer=True, allow_none=True)
+    check_range("temperature", args.temperature, 0, low_open=True, hint="GRPO samples its rollouts; the authors' 1.0")
+    check_range("top_p", args.top_p, 0, 1, low_open=True)
+    check_range("top_k", args.top_k, 0, integer=True, allow_none=True, hint="0 turns top-k off")
+    check_range("min_p", args.min_p, 0, 1, allow_none=True)
+    check_range("repetition_penalty", args.repetition_penalty, 0, low_open=True)
+    check_range("max_completion_length", args.max_completion_length, 1, integer=True)
+    check_range("num_iterations", args.num_iterations, 1, integer=True)
+    check_range("steps_per_generation", args.steps_per_generation, 1, integer=True, allow_none=True)
+    check_range("generation_batch_size", args.generation_batch_size, 1, integer=True, allow_none=True)
+    check_range("epsilon", args.epsilon, 0, low_open=True, hint="the PPO clip range; the authors' 0.2")
+    check_range("epsilon_high", args.epsilon_high, 0, low_open=True, allow_none=True)
+    check_range("delta", args.delta, 1, low_open=True, allow_none=True, hint="the dual-clip cap; the authors' 3.0")
+
+
 class GRPOStage(Stage):
     """GRPO in the training lifecycle (`trainer/stage.py`): input model and reward functions checked before any work,
     the prompts formatted and filtered (rank 0 first), the model, `InstellaGRPOTrainer`; beside the model the data
@@ -431,6 +394,10 @@ class GRPOStage(Stage):
             raise RecipeError("use_peft is not supported by the GRPO stage yet (the authors train all weights)")
         check_lengths(self.args, self.model_args)
         self.reward_funcs = load_reward_funcs(self.args.reward_funcs)
+        default = (
+            " (the default; set reward_funcs to choose others)" if self.args.reward_funcs == [DEFAULT_REWARD] else ""
+        )
+        logger.info(f"[grpo] reward functions: {', '.join(self.args.reward_funcs)}{default}")
 
     def load_data(self) -> PostTrainingData:
         args = self.args
@@ -438,7 +405,7 @@ class GRPOStage(Stage):
         self.stop_point("after loading the tokenizer")
         with PartialState().main_process_first():
             rows, sources = load_prompt_sources(args.sources, args.seed)
-            train, report = prepare_grpo_dataset(rows, tokenizer, args)
+            train, report = prepare_grpo_dataset(rows, tokenizer, args, self.reward_funcs)
         logger.info(report["summary"])
         return PostTrainingData(tokenizer, train, {"sources": sources, **report})
 
@@ -458,6 +425,16 @@ class GRPOStage(Stage):
             advantage_epsilon=self.args.advantage_epsilon,
             kl_clamp=self.args.kl_clamp,
         )
+
+    def after_train(self, trainer) -> None:
+        """A run in which no step had a learning signal fails here, before the final save (`grpo_signal.py`)."""
+        if self.preemption is not None and self.preemption.preempted:
+            return
+        message = trainer.reward_signal.no_signal_error(trainer.state.log_history)
+        if message is not None and not self.args.allow_no_signal:
+            raise RecipeError(message)
+        if message is not None:
+            logger.warning(f"{message.split('. Check')[0]} (allow_no_signal: true, finishing)")
 
     def save_extras(self, trainer, data: PostTrainingData) -> None:
         if trainer.is_world_process_zero():

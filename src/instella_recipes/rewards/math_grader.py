@@ -609,3 +609,14 @@ def reward(completions: list, ground_truth: list[str], **kwargs) -> list[float]:
     if len(completions) != len(ground_truth):
         raise ValueError(f"reward: {len(completions)} completions but {len(ground_truth)} ground_truth entries")
     return [math_reward(_text(c), g) for c, g in zip(completions, ground_truth)]
+
+
+def ground_truth_problem(truth: str) -> str | None:
+    """What `reward` cannot read (`rewards.checked`): a GSM8K answer ("... #### 5") is a worked solution, which the
+    grader would compare whole against the completion's final answer and never match."""
+    if "####" in truth:
+        return "a GSM8K worked answer ('... #### n'): the grader compares whole answers; use final_answer_reward"
+    return None
+
+
+reward.ground_truth_problem = ground_truth_problem

@@ -49,3 +49,50 @@ def test_reconfigure_copies_the_weights_with_a_new_rope(tmp_path, model):
     with pytest.raises(SystemExit) as err:  # a reconfigure that changes nothing is a mistake, named
         main(["reconfigure", "--input", str(tmp_path / "instruct"), "--output", str(tmp_path / "again")])
     assert err.value.code == 2
+
+
+def _errors(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+
+
+def test_reconfigure_copies_the_tokenizer(tmp_path, model, tiny_tokenizer):
+    from transformers import AutoTokenizer
+
+    model.save_pretrained(tmp_path / "instruct")
+    tiny_tokenizer.save_pretrained(tmp_path / "instruct")
+    argv = ["reconfigure", "--input", str(tmp_path / "instruct"), "--output", str(tmp_path / "start"),
+            "--max_position_embeddings", "512"]  # fmt: skip
+    assert main(argv) == 0
+    assert (tmp_path / "start" / "tokenizer_config.json").is_file()
+    assert (
+        AutoTokenizer.from_pretrained(tmp_path / "start")("The capital of").input_ids
+        == tiny_tokenizer("The capital of").input_ids
+    )
+
+
+def test_reconfigure_refuses_a_checkpoint_of_another_model_type(tmp_path, capsys):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    llama = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                        num_attention_heads=2, max_position_embeddings=128)  # fmt: skip
+    LlamaForCausalLM(llama).save_pretrained(tmp_path / "draft")
+    argv = ["reconfigure", "--input", str(tmp_path / "draft"), "--output", str(tmp_path / "out"),
+            "--max_position_embeddings", "512"]  # fmt: skip
+    with pytest.raises(SystemExit) as err:
+        main(argv)
+    assert err.value.code == 2
+    (line,) = _errors(capsys)
+    assert f"{tmp_path / 'draft' / 'config.json'}: model_type 'llama'" in line and "Instella checkpoints only" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_reconfigure_of_a_missing_folder_names_it(tmp_path, capsys):
+    argv = ["reconfigure", "--input", str(tmp_path / "nowhere"), "--output", str(tmp_path / "out"),
+            "--rope_theta", "514640"]  # fmt: skip
+    with pytest.raises(SystemExit) as err:
+        main(argv)
+    assert err.value.code == 2
+    (line,) = _errors(capsys)
+    assert (
+        line == f"error: --input {tmp_path / 'nowhere'} does not exist: give the checkpoint file or folder to convert"
+    )

@@ -80,3 +80,68 @@ def test_evaluation_stage_gpus_from_its_command_line(tmp_path):
     launch = ["accelerate", "launch", "--config_file", str(config), "-m", "lm_eval", "--model", "hf"]
     assert run.stage_gpus(launch, Path(config)) == 8
     assert run.stage_gpus(["python", "scripts/pretrain.py"]) is None
+
+
+def _program(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_vllm_python_that_is_not_one_is_refused_with_one_line(tmp_path):
+    import sys
+
+    probe = 'echo \'instella-vllm-probe {"vllm": "%s", "lm_eval": "%s"}\''
+    cases = [
+        (_program(tmp_path, "true", "exit 0"), "is not a Python (it ran a Python command and printed nothing)"),
+        (_program(tmp_path, "false", "exit 1"), "cannot import vllm and lm_eval (exit code 1)"),
+        (Path(sys.executable), "cannot import vllm and lm_eval (ModuleNotFoundError: No module named 'vllm')"),
+        (_program(tmp_path, "old", probe % ("0.5.4", "0.4.13")), "has vllm 0.5.4, supported: >=0.10"),
+        (_program(tmp_path, "lm05", probe % ("0.32.0", "0.5.1")), "has lm_eval 0.5.1, supported: >=0.4.13,<0.5"),
+        (tmp_path / "missing", "no vLLM Python at"),
+    ]
+    plain = tmp_path / "plain"
+    plain.write_text("not a program")
+    cases.append((plain, "cannot be run (Permission denied)"))
+    for python, says in cases:
+        with pytest.raises(RecipeError) as err:
+            run.check_vllm_python(python)
+        message = str(err.value)
+        assert message.startswith("backend vllm:") and str(python) in message and "\n" not in message, message
+        assert says in message, message
+        assert "INSTELLA_VLLM_PYTHON must be the python of a vLLM venv" in message
+    good = _program(tmp_path, "good", probe % ("0.32.0+cpu", "0.4.13"))
+    assert run.check_vllm_python(good) == {"vllm": "0.32.0+cpu", "lm_eval": "0.4.13"}
+
+
+def test_evaluate_with_a_vllm_python_that_is_not_one_exits_2_before_any_work(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("INSTELLA_VLLM_PYTHON", str(_program(tmp_path, "true", "exit 0")))
+    with pytest.raises(SystemExit) as exit_:
+        run.main(["--model_dir", str(tmp_path / "no_model"), "--tasks", "tiny_world", "--backend", "vllm",
+                  "--output_path", str(tmp_path / "out")])  # fmt: skip
+    assert exit_.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "is not a Python" in errors[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_lm_eval_run_that_leaves_no_results_file_is_a_failure(tmp_path):
+    import sys
+
+    out = tmp_path / "out"
+    with pytest.raises(RecipeError, match=f"lm_eval exited 0 but wrote no results file under {out}"):
+        run.run_lm_eval([sys.executable, "-c", "pass"], {}, str(out))
+    assert run.run_lm_eval([sys.executable, "-c", "raise SystemExit(3)"], {}, str(out)) == 3
+    killed = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    assert run.run_lm_eval([sys.executable, "-c", killed], {}, str(out)) == 128 + 9
+    folder = out / "model_name"
+    write = f"import pathlib; p = pathlib.Path({str(folder)!r}); p.mkdir(parents=True); (p / 'results_x.json').touch()"
+    assert run.run_lm_eval([sys.executable, "-c", write], {}, str(out)) == 0
+    # a .json output_path: lm-eval writes <stem>_<date>.json beside it
+    as_file = tmp_path / "res.json"
+    with pytest.raises(RecipeError, match="wrote no results file"):
+        run.run_lm_eval([sys.executable, "-c", "pass"], {}, str(as_file))
+    (tmp_path / "res_2026-11-28T08-00-00.json").write_text("{}")
+    assert run.run_lm_eval([sys.executable, "-c", "pass"], {}, str(as_file)) == 0
+    assert run.run_lm_eval([sys.executable, "-c", "pass"], {}, None) == 0  # no --output_path: nothing to check

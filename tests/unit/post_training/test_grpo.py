@@ -8,24 +8,22 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 from datasets import Dataset
 
 from instella_recipes.core import RecipeError, parse_recipe
 from instella_recipes.post_training.grpo import (
     PROMPT_SUFFIX,
     CheckedGRPOConfig,
-    RewardFunctionError,
     check_lengths,
-    checked_reward,
     engine_failure,
-    final_answer_reward,
-    load_reward_funcs,
     prepare_grpo_dataset,
     server_failure,
 )
+from instella_recipes.post_training.grpo_signal import RewardSignal, has_signal
 from instella_recipes.post_training.run import CheckedModelConfig
 from instella_recipes.post_training.template import install_chat_template
-from tests.helpers import grpo_rewards
+from instella_recipes.rewards import load_reward_funcs
 
 ROOT = Path(__file__).resolve().parents[3]
 MATH = ROOT / "recipes" / "instella-3b-math"
@@ -82,7 +80,7 @@ def test_stages_chain_and_tiny_recipe_parses():
         "runs/instella-3b-math/grpo_stage2",
     ]
     args, _ = parse(ROOT / "recipes" / "tiny" / "grpo.yaml")
-    assert args.reward_funcs == ["instella_recipes.post_training.grpo.final_answer_reward"]
+    assert args.reward_funcs == ["instella_recipes.rewards.final_answer_reward"]
 
 
 @pytest.fixture(scope="module")
@@ -132,20 +130,67 @@ def test_missing_answer_column_is_one_error_naming_the_field(tmp_path, tokenizer
     assert data["ground_truth"] == ["2"]
 
 
-def test_reward_function_that_raises_is_one_clear_line():
-    reward = checked_reward(grpo_rewards.raises, "tests.helpers.grpo_rewards.raises")
-    completions = [[{"role": "assistant", "content": "The answer is 2."}]]
-    with pytest.raises(RewardFunctionError) as err:
-        reward(completions, ["2"])
-    message = str(err.value)
-    assert "\n" not in message
-    assert "reward function tests.helpers.grpo_rewards.raises raised ZeroDivisionError: division by zero" in message
-    assert "resumes from the last checkpoint" in message
-    wrong_count = checked_reward(lambda c, g, **k: [1.0], "short")
-    with pytest.raises(RewardFunctionError, match="returned 1 values for 2 completions"):
-        wrong_count(["a", "b"], ["1", "2"])
-    with pytest.raises(RecipeError, match="cannot import 'no_such_module.reward'"):
-        load_reward_funcs(["no_such_module.reward"])
+def test_answers_the_reward_cannot_read_are_dropped_counted_or_refused(tmp_path, tokenizer):
+    (reward,) = load_reward_funcs(["instella_recipes.rewards.final_answer_reward"])
+    gsm8k = [{"problem": f"What is {n} + 1?", "answer": f"{n} + 1 = {n + 1}.\n#### {n + 1}"} for n in range(3)]
+    data, report = prepare_grpo_dataset(
+        Dataset.from_list([*gsm8k, {"problem": "Name it.", "answer": "five"}]),
+        tokenizer,
+        grpo_args(tmp_path),
+        [reward],
+    )
+    assert len(data) == 3 and report["skipped"] == {"reference answer the reward cannot read": 1}
+    assert "'five' (not a number, nor a GSM8K answer" in report["first_unreadable_answer"]
+    words = Dataset.from_list([{"problem": "Name it.", "answer": "five"}] * 3)
+    with pytest.raises(RecipeError) as err:
+        prepare_grpo_dataset(words, tokenizer, grpo_args(tmp_path), [reward])
+    assert "\n" not in str(
+        err.value
+    ) and "first unreadable answer: answer: final_answer_reward cannot read 'five'" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [
+        ("temperature", "0", "temperature must be > 0, got 0.0"),
+        ("num_generations", "0", "num_generations must be >= 2, got 0"),
+        ("top_p", "0", "top_p must be in (0, 1], got 0.0"),
+        ("top_k", "-1", "top_k must be >= 0, got -1"),
+        ("max_completion_length", "0", "max_completion_length must be >= 1, got 0"),
+        ("num_iterations", "0", "num_iterations must be >= 1, got 0"),
+        ("steps_per_generation", "0", "steps_per_generation must be >= 1, got 0"),
+        ("epsilon", "-0.2", "epsilon must be > 0, got -0.2"),
+        ("delta", "0.5", "delta must be > 1, got 0.5"),
+        ("beta", "-0.1", "beta must be >= 0, got -0.1 (the KL coefficient; 0 turns the KL term off)"),
+    ],
+)
+def test_bad_grpo_numbers_are_one_line(flag, value, says):
+    with pytest.raises(RecipeError) as err:
+        parse(ROOT / "recipes" / "tiny" / "grpo.yaml", f"--{flag}", value)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_grpo_beta_0_turns_the_kl_off_and_is_accepted():
+    args, _ = parse(ROOT / "recipes" / "tiny" / "grpo.yaml", "--beta", "0")
+    assert args.beta == 0.0
+
+
+def test_reward_signal_tracks_groups_without_a_spread(caplog):
+    signal = RewardSignal(["r"], warn_after=2)
+    same = torch.tensor([1.0, 1.0, 0.0, 0.0])  # two groups of 2, each all-equal: no signal
+    assert not has_signal(same, 2) and has_signal(torch.tensor([1.0, 0.0, 0.0, 0.0]), 2)
+    assert not has_signal(torch.tensor([float("nan"), 1.0, 0.0, 0.0]), 2)  # one finite reward is no spread
+    with caplog.at_level("WARNING"):
+        for step in range(3):
+            signal.observe(same.view(-1, 1), same, 2, step)
+    assert [r.getMessage() for r in caplog.records if "no learning signal for 2 rollout batches" in r.getMessage()]
+    message = signal.no_signal_error([])
+    assert message.startswith("GRPO learned nothing") and "reward functions: r (values 0..1)" in message
+    # the logged history decides across a resume: one logged step with a spread is a signal
+    assert signal.no_signal_error([{"frac_reward_zero_std": 1.0}, {"frac_reward_zero_std": 0.5}]) is None
+    assert signal.no_signal_error([{"frac_reward_zero_std": 1.0}]) is not None
+    signal.observe(torch.tensor([[1.0], [0.0]]), torch.tensor([1.0, 0.0]), 2, 3)
+    assert signal.no_signal_error([]) is None
 
 
 def test_rollout_cap_the_model_cannot_hold_is_refused(tmp_path, tiny_model_dir):
@@ -186,11 +231,6 @@ def test_objective_settings_that_cannot_combine_are_refused(tmp_path):
     assert grpo_args(tmp_path, loss_type="dapo", kl_clamp=None).kl_clamp is None
 
 
-def test_final_answer_reward():
-    completions = ["3 + 4 = 7. The answer is 7.", "so \\boxed{1,234}", "The answer is 8.", "no answer", "answer is 7"]
-    assert final_answer_reward(completions, ["7", "1234", "7", "7", "7.0"]) == [1.0, 1.0, 0.0, 0.0, 1.0]
-
-
 def test_pipeline_chains_instruct_sft_grpo_eval_and_releases_under_the_hub_names():
     from instella_recipes.pipeline.graph import load_pipeline
 
@@ -227,3 +267,20 @@ def test_report_shows_reward_and_pass_rates_per_step(tmp_path):
     assert "| step | reward | pass@1 | pass@4 |" in lines
     assert "| 1 | 0.250 | 0.250 | 0.500 |" in lines and "| 2 | 0.500 | 0.500 | 1.000 |" in lines
     assert (tmp_path / "grpo_grpo.png").is_file()
+
+
+def test_run_without_a_signal_fails_unless_allowed_or_preempted(tmp_path):
+    from types import SimpleNamespace
+
+    from instella_recipes.post_training.grpo import GRPOStage
+
+    signal = RewardSignal(["my.reward"])
+    signal.observe(torch.zeros(4, 1), torch.zeros(4), 2, 1)
+    trainer = SimpleNamespace(reward_signal=signal, state=SimpleNamespace(log_history=[{"frac_reward_zero_std": 1.0}]))
+    stage = GRPOStage(grpo_args(tmp_path), None)
+    with pytest.raises(RecipeError, match=r"GRPO learned nothing: .*my.reward \(values 0..0\)"):
+        stage.after_train(trainer)
+    stage.preemption = SimpleNamespace(preempted=True)  # stopped early: the rerun resumes, nothing is judged yet
+    stage.after_train(trainer)
+    stage.preemption = None
+    GRPOStage(grpo_args(tmp_path, allow_no_signal=True), None).after_train(trainer)  # a warning, not an error

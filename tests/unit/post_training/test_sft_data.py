@@ -258,3 +258,19 @@ def test_rows_without_a_training_signal_are_kept_but_a_mixture_of_only_them_is_r
     _, report = prepare_dpo_dataset(Dataset.from_list([same] * 2), tok, 64)
     with pytest.raises(RecipeError, match=r"None of the 2 kept rows .* \(chosen and rejected are the same in each"):
         report.check(0.0)
+
+
+def test_chat_to_text_refuses_an_unknown_role_with_one_line(tmp_path, capsys):
+    from instella_recipes.post_training.chat_to_text import main as chat_to_text_main
+
+    with pytest.raises(ValueError, match="message 1's role is 'wizard', not one of system, user, assistant"):
+        converters.chat_to_text([U, {"role": "wizard", "content": "Abracadabra."}])
+    src, out = tmp_path / "chats.jsonl", tmp_path / "text.jsonl"
+    Dataset.from_list([{"messages": [U, A]}, {"messages": [U, {"role": "wizard", "content": "5"}]}]).to_json(src)
+    with pytest.raises(SystemExit) as err:
+        chat_to_text_main(["--sources", str(src), "--output", str(out)])
+    assert err.value.code == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert f"sources {src}: row " in line
+    assert "(its first message 'What is 2 + 3?'): message 1's role is 'wizard'" in line
+    assert not out.exists()
