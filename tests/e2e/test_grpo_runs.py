@@ -42,6 +42,21 @@ def test_tiny_grpo_raises_reward_on_its_training_prompts(tiny_model_dir, tmp_pat
     assert manifest["data"]["kept"] == 400
 
 
+def test_tiny_grpo_with_verl_dynamic_micro_batches(tiny_model_dir, tmp_path):
+    """`use_dynamic_bsz` (the published stages' VERL micro-batching, post_training/dynamic_batching.py) at toy scale:
+    each update's 32 completions (4 slices of 8) cut into token-balanced micro-batches of at most 160 tokens; the run
+    exits 0, logs rewards and the number of micro-batches, and the reward rises as on the fixed slices."""
+    out = tmp_path / "grpo"
+    grpo(tiny_model_dir, out, "--reward_funcs", "tests.helpers.grpo_rewards.digit_share", "--max_steps", "12",
+         "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "4",
+         "--use_dynamic_bsz", "true", "--ppo_max_token_len_per_gpu", "160")  # fmt: skip
+    logs = [h for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "reward" in h]
+    assert len(logs) == 12
+    assert all(h["micro_batches"] >= 2 for h in logs) and any(h["micro_batches"] != 4 for h in logs), logs
+    curve = [h["reward"] for h in logs]
+    assert sum(curve[-3:]) / 3 > sum(curve[:3]) / 3 + 0.1, curve
+
+
 def test_failing_reward_stops_with_one_line_and_the_rerun_resumes(tiny_model_dir, tmp_path):
     out = tmp_path / "grpo"
     reward = "tests.helpers.grpo_rewards.digit_share_with_a_bug"

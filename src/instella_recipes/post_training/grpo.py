@@ -49,6 +49,7 @@ from instella_recipes.data.sources import PRETRAINING_ONLY, SourceSpec, load_row
 from instella_recipes.trainer.settings import DATA, LAUNCH, RUN, StageSettings
 from instella_recipes.trainer.stage import Stage, run_stage
 
+from .dynamic_batching import DynamicBatchingSettings, DynamicMicroBatching
 from .run import (
     CheckedModelConfig,
     PostTrainingData,
@@ -71,11 +72,11 @@ GROUND_TRUTH = "ground_truth"
 
 
 @dataclass
-class CheckedGRPOConfig(StageSettings, GRPOConfig):
+class CheckedGRPOConfig(DynamicBatchingSettings, StageSettings, GRPOConfig):
     """The GRPO stage's settings: TRL's GRPOConfig (its own names for everything TRL has: `num_generations`,
     `max_completion_length`, `beta`, `epsilon`, `epsilon_high`, `delta`, `loss_type`, ...) plus this stage's fields:
-    the data, the prompt format, the reward functions and the two VERL settings TRL has no field for
-    (`advantage_epsilon`, `kl_clamp`)."""
+    the data, the prompt format, the reward functions and the VERL settings TRL has no field for
+    (`advantage_epsilon`, `kl_clamp`; `use_dynamic_bsz`, `ppo_max_token_len_per_gpu`: `DynamicBatchingSettings`)."""
 
     sources: list[str] = field(
         default_factory=list,
@@ -175,10 +176,10 @@ def clamped_k3(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor,
     return torch.clamp(torch.exp(log_ratio) - log_ratio - 1, min=-clamp, max=clamp)
 
 
-class InstellaGRPOTrainer(GRPOTrainer):
-    """GRPOTrainer with VERL's advantage epsilon and clamped KL (module docstring) and, with a vLLM newer than TRL's
-    tested range in colocate mode, weight syncs through vLLM's reload (`ReloadingVLLMGeneration`); everything else
-    is TRL's."""
+class InstellaGRPOTrainer(DynamicMicroBatching, GRPOTrainer):
+    """GRPOTrainer with VERL's advantage epsilon and clamped KL (module docstring), VERL's dynamic micro-batches
+    (`DynamicMicroBatching`, `use_dynamic_bsz`) and, with a vLLM newer than TRL's tested range in colocate mode,
+    weight syncs through vLLM's reload (`ReloadingVLLMGeneration`); everything else is TRL's."""
 
     def __init__(self, *args, advantage_epsilon: float | None = 1e-6, kl_clamp: float | None = 10.0, **kwargs):
         self.advantage_epsilon = advantage_epsilon
