@@ -60,7 +60,7 @@ from .run import (
     load_tokenizer_with_template,
     read_manifest_safe,
 )
-from .vllm_colocate import ReloadingVLLMGeneration, restore_module_calls, vllm_newer_than_trl_tested
+from .vllm_colocate import ReloadingVLLMGeneration, colocated_sync_needs_reload, restore_module_calls
 
 logger = get_logger(__name__)
 
@@ -187,7 +187,7 @@ class InstellaGRPOTrainer(DynamicMicroBatching, GRPOTrainer):
         self._rewards_per_func = None
         self._policy_logps = None
         super().__init__(*args, **kwargs)
-        if self.use_vllm and self.vllm_mode == "colocate" and vllm_newer_than_trl_tested():
+        if self.use_vllm and self.vllm_mode == "colocate" and colocated_sync_needs_reload():
             # TRL builds its VLLMGeneration inside __init__ with no factory to override: the instance takes our
             # subclass, which adds no state and replaces only sync_weights
             self.vllm_generation.__class__ = ReloadingVLLMGeneration
