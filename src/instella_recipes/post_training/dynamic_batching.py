@@ -15,10 +15,12 @@ the loss with weight (n_m / B) / T_m per token; TRL's fixed slices (`loss_type: 
 gradient-accumulation steps. They agree when every micro-batch holds B / G sequences, e.g. K = G with equal counts.
 
 Why no library does it: TRL 1.16 has no token-budget micro-batching, and the Trainer runs exactly
-`gradient_accumulation_steps` forward/backward passes per update, while K varies per update (3-11 for the published
-stages). `DynamicMicroBatching.training_step` therefore collects TRL's G slices of one update (TRL's own generation,
-buffering and slicing untouched), and at the last one runs the K micro-batches, the first K-1 without gradient sync.
-VERL's code is copied nowhere here; tests/unit/post_training/test_exactness_dynamic_batching.py calls it as the oracle.
+`gradient_accumulation_steps` forward/backward passes per update, while K varies per update (3 to 11 on simulated
+long-reasoning rollouts). `DynamicMicroBatching.training_step` therefore collects TRL's G slices of one update (TRL's
+own generation, buffering and slicing untouched), and at the last one runs the K micro-batches, the first K-1 without
+gradient sync. The partition restates VERL's `karmarkar_karp` (Apache-2.0, copyright Bytedance Ltd.) with its heap
+order and tie-breaks, VERL not being a dependency; tests/unit/post_training/test_exactness_dynamic_batching.py calls
+VERL's own code (tests/helpers/verl_seqlen_balancing.py) as the oracle.
 """
 
 import heapq
