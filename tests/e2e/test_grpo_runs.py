@@ -42,6 +42,37 @@ def test_tiny_grpo_raises_reward_on_its_training_prompts(tiny_model_dir, tmp_pat
     assert manifest["data"]["kept"] == 400
 
 
+def test_tiny_grpo_with_verl_dynamic_micro_batches(tiny_model_dir, tmp_path):
+    """`use_dynamic_bsz` (the published stages' VERL micro-batching, post_training/dynamic_batching.py) at toy scale:
+    each update's 32 completions (4 slices of 8) cut into token-balanced micro-batches of at most 160 tokens; the run
+    exits 0, logs rewards and the number of micro-batches, and the reward rises as on the fixed slices."""
+    out = tmp_path / "grpo"
+    grpo(tiny_model_dir, out, "--reward_funcs", "tests.helpers.grpo_rewards.digit_share", "--max_steps", "12",
+         "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "4",
+         "--use_dynamic_bsz", "true", "--ppo_max_token_len_per_gpu", "160")  # fmt: skip
+    logs = [h for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "reward" in h]
+    assert len(logs) == 12
+    assert all(h["micro_batches"] >= 2 for h in logs) and any(h["micro_batches"] != 4 for h in logs), logs
+    curve = [h["reward"] for h in logs]
+    assert sum(curve[-3:]) / 3 > sum(curve[:3]) / 3 + 0.1, curve
+
+
+def test_dynamic_micro_batches_under_fsdp2_on_two_processes(tiny_model_dir, tmp_path):
+    """The same under GRPO-1's FSDP2 config on 2 gloo processes (tests/e2e/test_launch_configs.py's launcher, rank 0's
+    rollouts ending early): every rank runs the MAX-reduced count of micro-batches, the first without gradient sync
+    (FSDP2's `set_requires_gradient_sync`), and the run ends with its manifest (33 s on the 2-core VM, 2026-11-28)."""
+    from tests.e2e.test_launch_configs import _argv, run_worker
+
+    out = tmp_path / "grpo"
+    argv = _argv("grpo", False, tiny_model_dir, tmp_path, out, 2)
+    argv += ["--use_dynamic_bsz", "true", "--ppo_max_token_len_per_gpu", "80"]
+    done = run_worker("fsdp2_full_shard_2x8_mi300x", "grpo", argv, 2, tmp_path / "record")
+    assert done.returncode == 0, done.stderr[-3000:]
+    logs = [h for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "reward" in h]
+    assert [h["step"] for h in logs] == [1, 2] and all(h["micro_batches"] >= 2 for h in logs), logs
+    assert json.loads((out / "manifest.json").read_text())["world_size"] == 2
+
+
 def test_failing_reward_stops_with_one_line_and_the_rerun_resumes(tiny_model_dir, tmp_path):
     out = tmp_path / "grpo"
     reward = "tests.helpers.grpo_rewards.digit_share_with_a_bug"

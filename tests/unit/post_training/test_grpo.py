@@ -60,6 +60,8 @@ def test_published_recipes_hold_the_published_numbers(stage):
     assert args.per_device_train_batch_size * args.gradient_accumulation_steps * gpus == args.global_batch_size
     assert args.max_steps == grpo_steps * (args.generation_batch_size // args.global_batch_size) == grpo_steps * 4
     assert args.num_iterations == 1
+    # VERL's dynamic micro-batches (stages 2-3: run_grpo_multi_nodes.sh L126-127; stage 1: the same, inferred)
+    assert (args.use_dynamic_bsz, args.ppo_max_token_len_per_gpu) == (True, 17000)
     # optimizer: constant 1e-6, AdamW (0.9, 0.999), wd 0.01, clip 1.0
     assert (args.learning_rate, args.lr_scheduler_type.value, args.warmup_steps) == (1e-6, "constant", 0)
     assert (args.weight_decay, args.adam_beta1, args.adam_beta2, args.max_grad_norm) == (0.01, 0.9, 0.999, 1.0)
@@ -69,6 +71,7 @@ def test_published_recipes_hold_the_published_numbers(stage):
     assert (args.scale_rewards, args.advantage_epsilon) == ("group", 1e-6)
     assert (args.temperature, args.top_p, args.top_k) == (1.0, 1.0, 0)
     assert (args.use_vllm, args.vllm_mode, args.vllm_importance_sampling_correction) == (True, "colocate", False)
+    assert args.vllm_tensor_parallel_size == 1
     assert args.reward_funcs == ["instella_recipes.rewards.reward"]
 
 
