@@ -1,0 +1,49 @@
+"""Issue 42, "the first hour, again": natural mistakes a new user makes on the command line are one `error:` line
+each (exit 2, before any work), never a silent choice or a traceback."""
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "script, args, flag",
+    [
+        ("sft", ["--config", "recipes/tiny/sft.yaml", "--max_steps", "2", "--max_steps", "3"], "--max_steps"),
+        ("sft", ["--config", "recipes/tiny/sft.yaml", "--learning_rate=1e-3", "--learning-rate", "2e-3"],
+         "--learning-rate"),
+        ("sizing", ["--model", "instella-3b", "--nodes", "2", "--nodes", "4"], "--nodes"),
+    ],
+)  # fmt: skip
+def test_a_flag_given_twice_is_an_error_naming_it(script, args, flag, capsys, monkeypatch):
+    """argparse keeps the last value silently; keys given twice in a recipe are already an error (core.recipe)."""
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit) as done:
+        importlib.import_module(f"instella_recipes.scripts.{script}").main(args)
+    assert done.value.code == 2
+    line = _one_error_line(capsys)
+    assert f"flag '{flag}' given twice" in line, line
+
+
+def test_list_flags_given_twice_still_add_up():
+    """`--stage a --stage b` is `--stage a b` (docs/slurm.md runs it so); only single-valued flags are refused."""
+    from dataclasses import dataclass, field
+
+    from instella_recipes.core.recipe import parse_recipe
+
+    @dataclass
+    class Probe:
+        stage: list[str] = field(default_factory=list)
+
+    (parsed,) = parse_recipe([Probe], ["--stage", "a", "--stage", "b"])
+    assert parsed.stage == ["a", "b"]
