@@ -3,9 +3,9 @@
 One YAML is one run. `--config recipe.yaml` sets the defaults; any `--flag value` on the command line overrides
 them. TRL's parser already refuses unknown keys, but only as a list; we check first so the error names the file,
 the line and the closest known key, before any model or data work starts. A key given twice in one mapping is an
-error naming both lines (YAML loaders keep the last one silently), and so is a flag given twice on the command line
-(argparse keeps the last; list flags such as `--stage` add up instead). Every parsed number is then checked to be finite
-and within int64 (`check_numbers`), whatever its field: the dataclasses' own checks give the ranges.
+error naming both lines (YAML loaders keep the last one silently), and so is a flag given twice on the command
+line (argparse keeps the last; list flags such as `--stage` add up instead). Every parsed number is then checked to be
+finite and within int64 (`check_numbers`), whatever its field: the dataclasses' own checks give the ranges.
 """
 
 import ast
