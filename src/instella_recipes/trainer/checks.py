@@ -19,6 +19,18 @@ def check_tokenizer_fits(config, tokenizer) -> None:
         )
 
 
+def check_fits_positions(config, tokens: int, what: str, fix: str) -> None:
+    """A run's longest sequence (`tokens`, made as `what` says) must fit the model's `max_position_embeddings`:
+    RoPE computes any position, so a longer one trains without a word on positions the model never had. One check
+    for SFT's `max_length` and GRPO's prompt + completion caps; `fix` says what to change."""
+    limit = getattr(config, "max_position_embeddings", None)
+    if limit is not None and tokens > limit:
+        name = getattr(config, "_name_or_path", "") or "the model"
+        raise RecipeError(
+            f"{what} = {tokens} tokens exceed the model's max_position_embeddings {limit} ({name}): {fix}"
+        )
+
+
 def check_global_batch(global_batch_size: int, per_device: int, grad_accum: int, world_size: int) -> None:
     """The recipe states the published global batch; the launch must reproduce it exactly."""
     actual = per_device * grad_accum * world_size

@@ -47,3 +47,18 @@ def test_list_flags_given_twice_still_add_up():
 
     (parsed,) = parse_recipe([Probe], ["--stage", "a", "--stage", "b"])
     assert parsed.stage == ["a", "b"]
+
+
+def test_sft_max_length_past_the_models_positions_is_refused_before_work(tiny_model_dir, tmp_path, capsys):
+    """RoPE computes any position, so SFT at `max_length` 300 on a 256-position model trained without a word; GRPO's
+    prompt + completion cap had the check already (one check: trainer/checks.py check_fits_positions)."""
+    from instella_recipes.post_training.sft import main
+
+    out = tmp_path / "sft"
+    argv = ["--config", str(ROOT / "recipes/tiny/sft.yaml"), "--model_name_or_path", str(tiny_model_dir)]
+    with pytest.raises(SystemExit) as done:
+        main([*argv, "--output_dir", str(out), "--max_length", "300"])
+    assert done.value.code == 2
+    line = _one_error_line(capsys)
+    assert "max_length 300 = 300 tokens exceed the model's max_position_embeddings 256" in line, line
+    assert "lower --max_length" in line and not out.exists()
