@@ -62,3 +62,38 @@ def test_sft_max_length_past_the_models_positions_is_refused_before_work(tiny_mo
     line = _one_error_line(capsys)
     assert "max_length 300 = 300 tokens exceed the model's max_position_embeddings 256" in line, line
     assert "lower --max_length" in line and not out.exists()
+
+
+SMALL = ["--max_samples", "8", "--per_device_train_batch_size", "4", "--global_batch_size", "4", "--max_steps", "1"]
+SMALL += ["--report_to", "none", "--save_strategy", "no"]
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_sft_started_as_a_script_records_its_command_line_and_recipe_and_the_card_names_them(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    """`python scripts/sft.py ...` (argv from sys.argv) stored an empty command line and no recipe, so the release
+    card could not name its recipe; a base model given as a Hub id is the card's `base_model`."""
+    import json
+
+    import yaml
+
+    from instella_recipes.checkpoint.release import main as release
+    from instella_recipes.core import read_manifest
+    from instella_recipes.post_training.sft import main
+
+    monkeypatch.chdir(ROOT)  # the documented way: recipes/... relative to the repository root
+    out = tmp_path / "sft"
+    args = ["--config", "recipes/tiny/sft.yaml", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out)]
+    monkeypatch.setattr("sys.argv", ["scripts/sft.py", *args, *SMALL])
+    assert main() == 0
+    manifest = read_manifest(out)
+    assert manifest["recipe"] == "recipes/tiny/sft.yaml" and manifest["argv"] == [*args, *SMALL]
+    assert manifest["recipe_sha256"]
+    manifest["inputs"]["model"] = "amd/Instella-3B"  # as if the run had started from the Hub
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.chdir(tmp_path)  # the card finds the recipe from anywhere
+    assert release(["--model_dir", str(out), "--output_dir", str(tmp_path / "rel")]) in (0, None)
+    card = (tmp_path / "rel" / "README.md").read_text()
+    assert "Trained with the recipe `" in card and "recipes/tiny/sft.yaml" in card
+    assert yaml.safe_load(card.split("---")[1])["base_model"] == "amd/Instella-3B"
