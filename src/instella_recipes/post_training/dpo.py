@@ -15,7 +15,6 @@ training (no reference model in memory during training). What SFT shares is in `
 """
 
 import re
-import sys
 from dataclasses import dataclass, fields
 
 from trl import DPOConfig, DPOTrainer
@@ -110,7 +109,6 @@ def build_trainer(training_args, model_args, callbacks=()):
 @exit_on_recipe_error
 def main(argv: list[str] | None = None) -> int:
     """`scripts/dpo.py`: parse the recipe and the command line, then one whole DPO run (exit code 0)."""
-    argv = list(sys.argv[1:] if argv is None else argv)  # the manifest records it (and the recipe)
     training_args, model_args = parse_recipe([CheckedDPOConfig, CheckedModelConfig], argv)
     setup_logging()
     return run_stage(DPOStage(training_args, model_args, argv))

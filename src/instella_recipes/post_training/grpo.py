@@ -26,7 +26,6 @@ import inspect
 import json
 import os
 import re
-import sys
 import traceback
 from collections import Counter
 from dataclasses import dataclass, field
@@ -509,7 +508,6 @@ def engine_failure(err: Exception, args: CheckedGRPOConfig) -> str | None:
 @exit_on_recipe_error
 def main(argv: list[str] | None = None) -> int:
     """`scripts/grpo.py`: parse the recipe and the command line, then one whole GRPO run (exit code 0)."""
-    argv = list(sys.argv[1:] if argv is None else argv)  # the manifest records it (and the recipe)
     args, model_args = parse_recipe([CheckedGRPOConfig, CheckedModelConfig], argv)
     setup_logging()
     try:

@@ -15,7 +15,6 @@ tokenizer with the chat template, trainer_state.json, data_report.json and manif
 `run.py`.
 """
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -279,7 +278,6 @@ def build_trainer(training_args, model_args, callbacks=()):
 @exit_on_recipe_error
 def main(argv: list[str] | None = None) -> int:
     """`scripts/sft.py`: parse the recipe and the command line, then one whole SFT run (exit code 0)."""
-    argv = list(sys.argv[1:] if argv is None else argv)  # the manifest records it (and the recipe)
     training_args, model_args = parse_recipe([CheckedSFTConfig, CheckedModelConfig], argv)
     setup_logging()
     return run_stage(SFTStage(training_args, model_args, argv))

@@ -97,3 +97,25 @@ def test_sft_started_as_a_script_records_its_command_line_and_recipe_and_the_car
     card = (tmp_path / "rel" / "README.md").read_text()
     assert "Trained with the recipe `" in card and "recipes/tiny/sft.yaml" in card
     assert yaml.safe_load(card.split("---")[1])["base_model"] == "amd/Instella-3B"
+
+
+def test_ctrl_c_in_an_entry_point_is_one_line_and_exit_130(capsys):
+    """KeyboardInterrupt out of a stage's main: no traceback, and the line says nothing was marked complete (the
+    manifest is written last). The real signal during training: tests/e2e/test_first_hour_processes.py."""
+    from instella_recipes.core import exit_on_recipe_error
+
+    @exit_on_recipe_error
+    def main(argv=None):
+        assert argv == ["--from", "sys.argv"]  # a script's main gets the command line it ran with
+        raise KeyboardInterrupt
+
+    import sys
+
+    saved, sys.argv = sys.argv, ["scripts/x.py", "--from", "sys.argv"]
+    try:
+        with pytest.raises(SystemExit) as done:
+            main()
+    finally:
+        sys.argv = saved
+    assert done.value.code == 130
+    assert "interrupted (Ctrl-C): nothing was marked complete" in _one_error_line(capsys)

@@ -166,7 +166,8 @@ def test_documented_command_parses_as_written(where, argv, tmp_path, monkeypatch
         assert Path(script).is_file(), f"{where}: no {script}"
         # --help first: argparse stops there, so metavariables (`--limit N`) pass; the flags and the recipe's keys
         # are still checked (core.recipe does that before argparse runs)
-        args = _parse_as_written(args) + ["--dry_run"] if kind == "dry_run" else ["--help", *_parse_as_written(args)]
+        dry = [] if "--dry_run" in args else ["--dry_run"]  # a flag given twice is an error
+        args = _parse_as_written(args) + dry if kind == "dry_run" else ["--help", *_parse_as_written(args)]
         _expect_exit_zero(_main(script), args)
         assert "unknown" not in capsys.readouterr().err
 
