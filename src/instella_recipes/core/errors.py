@@ -23,7 +23,15 @@ from collections.abc import Callable, Iterable, Iterator
 
 
 class RecipeError(ValueError):
-    """Bad user input (recipe, data, checkpoint). Entry points print it without a traceback and exit with 2."""
+    """Bad user input (recipe, data, checkpoint). Entry points print it without a traceback and exit with 2.
+    `every_rank=True`: every process of a launch finds the same mistake (the launch itself), so only the first
+    process of each node prints it (one line, not one per process)."""
+
+    every_rank = False
+
+    def __init__(self, *args, every_rank: bool = False):
+        super().__init__(*args)
+        self.every_rank = every_rank
 
 
 class EnvironmentFailure(OSError):
@@ -95,7 +103,8 @@ def exit_on_recipe_error(main: Callable) -> Callable:
         try:
             return main(*args, **kwargs)
         except RecipeError as err:
-            print(f"error: {err}", file=sys.stderr)
+            if not err.every_rank or os.environ.get("LOCAL_RANK", "0") == "0":
+                print(f"error: {err}", file=sys.stderr)
             raise SystemExit(2) from None
         except KeyboardInterrupt:
             print(f"error: {INTERRUPTED}", file=sys.stderr)

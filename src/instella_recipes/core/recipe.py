@@ -221,5 +221,6 @@ def parse_recipe(
             for f in fields(item):
                 check_numbers(getattr(item, f.name, None), f.name)
     except ValueError as err:  # the dataclasses' own __post_init__ checks, and check_numbers
-        raise RecipeError(f"{path or 'command line'}: {_explain(err, path)}") from None
+        every_rank = getattr(err, "every_rank", False)  # a mistake of the launch: one line per node (core.errors)
+        raise RecipeError(f"{path or 'command line'}: {_explain(err, path)}", every_rank=every_rank) from None
     return parsed

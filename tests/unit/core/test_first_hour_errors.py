@@ -119,3 +119,29 @@ def test_ctrl_c_in_an_entry_point_is_one_line_and_exit_130(capsys):
         sys.argv = saved
     assert done.value.code == 130
     assert "interrupted (Ctrl-C): nothing was marked complete" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("local_rank, printed", [("0", True), ("5", False)])
+def test_an_8_gpu_accelerate_config_on_cpu_is_one_line_from_the_first_process(local_rank, printed, capsys, monkeypatch):
+    """`accelerate launch --config_file accelerate_configs/ddp_8gpu.yaml scripts/pretrain.py ...` on a machine without
+    a GPU: each of the 8 processes finds it; the first of the node says what to run instead, the others exit 2
+    quietly (accelerate's launcher then reports the failed processes: its own summary, not ours)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the message is for a machine without a GPU")
+    from instella_recipes.training.pretrain import main
+
+    env = {"WORLD_SIZE": "8", "LOCAL_RANK": local_rank, "ACCELERATE_MIXED_PRECISION": "bf16"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit) as done:
+        main(["--config", "recipes/amd-llama-135m/pretrain.yaml"])
+    assert done.value.code == 2
+    if printed:
+        line = _one_error_line(capsys)
+        assert "launched 8 processes with mixed precision bf16, a GPU config, on a machine without a GPU" in line
+        assert "accelerate_configs/cpu_2proc.yaml" in line
+    else:
+        assert capsys.readouterr().err == ""
