@@ -1,5 +1,6 @@
 """Input checks that every training entry point runs before it starts work."""
 
+import importlib.util
 from dataclasses import dataclass
 
 from transformers import TrainingArguments
@@ -17,6 +18,38 @@ def check_tokenizer_fits(config, tokenizer) -> None:
             f"{getattr(tokenizer, 'name_or_path', '')}): set vocab_size >= {n_ids} in the model config "
             f"(Instella pads 50280 ids to 50304, a multiple of 64)."
         )
+
+
+def check_attention(attn_implementation: str | None) -> None:
+    """`flash_attention_2` / `_3` needs a GPU and the flash-attn package: say so before any work (transformers says
+    it only when the model loads, as a traceback)."""
+    if not str(attn_implementation or "").startswith("flash_attention"):
+        return
+    import torch  # here: the settings classes that call this have imported it already
+
+    if not torch.cuda.is_available():
+        raise RecipeError(
+            f"attn_implementation {attn_implementation} needs a GPU, and this machine has none: use "
+            f"--attn_implementation sdpa on CPU"
+        )
+    if importlib.util.find_spec("flash_attn") is None:
+        raise RecipeError(
+            f"attn_implementation {attn_implementation} needs the flash-attn package, which is not installed: "
+            f"pip install -e '.[gpu]' (or pip install flash-attn), or use --attn_implementation sdpa"
+        )
+
+
+def check_report_to(report_to) -> None:
+    """Each logging integration in `report_to` is installed: a missing `wandb` is a transformers traceback when the
+    Trainer is built, after the model and data loaded."""
+    packages = ("wandb", "mlflow", "comet_ml", "clearml", "trackio")  # integration = its package's import name
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    for name in names:
+        if name in packages and importlib.util.find_spec(name) is None:
+            raise RecipeError(
+                f"report_to: {name} is not installed: pip install {name}, or leave it out "
+                f"(--report_to tensorboard, or none)"
+            )
 
 
 def check_fits_positions(config, tokens: int, what: str, fix: str) -> None:

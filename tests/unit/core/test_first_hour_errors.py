@@ -122,7 +122,9 @@ def test_ctrl_c_in_an_entry_point_is_one_line_and_exit_130(capsys):
 
 
 @pytest.mark.parametrize("local_rank, printed", [("0", True), ("5", False)])
-def test_an_8_gpu_accelerate_config_on_cpu_is_one_line_from_the_first_process(local_rank, printed, capsys, monkeypatch):
+def test_an_8_gpu_accelerate_config_on_cpu_is_one_line_from_the_first_node_process(
+    local_rank, printed, capsys, monkeypatch
+):
     """`accelerate launch --config_file accelerate_configs/ddp_8gpu.yaml scripts/pretrain.py ...` on a machine without
     a GPU: each of the 8 processes finds it; the first of the node says what to run instead, the others exit 2
     quietly (accelerate's launcher then reports the failed processes: its own summary, not ours)."""
@@ -145,3 +147,36 @@ def test_an_8_gpu_accelerate_config_on_cpu_is_one_line_from_the_first_process(lo
         assert "accelerate_configs/cpu_2proc.yaml" in line
     else:
         assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    "script, extra, expected",
+    [
+        ("sft", ["--report_to", "tensorboard,wandb"], "report_to: wandb is not installed: pip install wandb"),
+        ("pretrain", ["--report_to", "wandb"], "report_to: wandb is not installed: pip install wandb"),
+        ("sft", ["--attn_implementation", "flash_attention_2"], "attn_implementation flash_attention_2 needs a GPU"),
+        ("pretrain", ["--attn_implementation", "flash_attention_2"], "flash_attention_2 needs a GPU"),
+    ],
+)
+def test_missing_integrations_and_gpu_only_attention_are_one_line_before_work(
+    script, extra, expected, tmp_path, capsys, monkeypatch
+):
+    """transformers raised these as tracebacks once the model and data had loaded."""
+    import importlib.util
+
+    import torch
+
+    if "wandb" in expected and importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here")
+    if "GPU" in expected and torch.cuda.is_available():
+        pytest.skip("the message is for a machine without a GPU")
+    recipe = {"sft": "recipes/tiny/sft.yaml", "pretrain": "recipes/tiny/pretrain_stage1.yaml"}[script]
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as done:
+        importlib.import_module(f"instella_recipes.scripts.{script}").main(
+            ["--config", recipe, "--output_dir", str(out), *extra]
+        )
+    assert done.value.code == 2
+    assert expected in _one_error_line(capsys)
+    assert not out.exists()
