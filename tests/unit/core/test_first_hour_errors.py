@@ -180,3 +180,21 @@ def test_missing_integrations_and_gpu_only_attention_are_one_line_before_work(
     assert done.value.code == 2
     assert expected in _one_error_line(capsys)
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (["--tasks", "nosuch"], "--tasks after `--` bypasses evaluate.py's checks: give it as evaluate.py's --tasks"),
+        (["--model=vllm"], "--model after `--` bypasses evaluate.py's checks: give it as evaluate.py's --backend"),
+        (["--log_samples"], "--log_samples writes the samples beside the results: add --output_path"),
+    ],
+)
+def test_evaluate_refuses_lm_eval_arguments_it_cannot_check(extra, expected, tiny_model_dir, capsys):
+    """`evaluate.py ... -- --tasks nosuch` went past the task check to lm-eval's "Tasks not found" traceback."""
+    from instella_recipes.evaluation.preflight import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--model_dir", str(tiny_model_dir), "--tasks", "tiny_world", "--", *extra])
+    assert done.value.code == 2
+    assert expected in _one_error_line(capsys)
