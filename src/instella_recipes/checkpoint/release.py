@@ -12,7 +12,6 @@ into place (a half-written release never looks like one), `manifest.json` last.
   settings, and the evaluation table from lm-eval result JSONs.
 """
 
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,7 @@ from instella_recipes.post_training.sft import CheckedSFTConfig
 from instella_recipes.post_training.template import install_chat_template
 from instella_recipes.trainer.settings import DATA, RUN, field_roles
 from instella_recipes.training.pretrain import PretrainArguments
-from instella_recipes.weights import check_model_folder, check_tokenizer_folder, load_pretrained
+from instella_recipes.weights import check_model_folder, check_tokenizer_folder, load_pretrained, looks_like_hub_id
 from instella_recipes.weights.safetensors_io import check_model_finite, index_single_file
 
 logger = get_logger(__name__)
@@ -198,14 +197,11 @@ def dataset_ids(datasets) -> list[str]:
     return out
 
 
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # owner/name, as the Hub spells repo ids
-
-
 def hub_id(value) -> str | None:
-    """`value` when it names a Hub repo (`owner/name`, no folder of that name here, and not under `runs/`, where
-    every stage of this project writes), else None: the card's metadata takes Hub ids only; local paths stay in its
-    body."""
-    if isinstance(value, str) and HUB_ID.match(value) and not value.startswith("runs/") and not Path(value).exists():
+    """`value` when it names a Hub repo (`owner/name`, no folder of that name here: `looks_like_hub_id`, and not
+    under `runs/`, where every stage of this project writes), else None: the card's metadata takes Hub ids only;
+    local paths stay in its body."""
+    if isinstance(value, str) and looks_like_hub_id(value) and not value.startswith("runs/"):
         return value
     return None
 
