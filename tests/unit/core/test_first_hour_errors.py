@@ -198,3 +198,18 @@ def test_evaluate_refuses_lm_eval_arguments_it_cannot_check(extra, expected, tin
         main(["--model_dir", str(tiny_model_dir), "--tasks", "tiny_world", "--", *extra])
     assert done.value.code == 2
     assert expected in _one_error_line(capsys)
+
+
+def test_a_recipe_path_typed_outside_the_repository_root_says_where_paths_start(tmp_path, monkeypatch, capsys):
+    """From another folder, `--config recipes/tiny/sft.yaml` was answered "did you mean --config
+    recipes/tiny/sft.yaml?": exactly what was typed."""
+    from instella_recipes.core.command_line import preflight
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["scripts/sft.py", "--config", "recipes/tiny/sft.yaml"])
+    with pytest.raises(SystemExit) as done:
+        preflight("sft", "recipes/tiny/sft.yaml")
+    assert done.value.code == 2
+    line = _one_error_line(capsys)
+    assert f"does not exist here ({tmp_path})" in line and f"cd {ROOT} first" in line
+    assert "did you mean" not in line
