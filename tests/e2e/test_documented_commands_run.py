@@ -90,7 +90,7 @@ def test_documented_commands_run_in_order(tmp_path, monkeypatch):
     commands read the demo's folders: here the by-hand ones stand in for them."""
     from instella_recipes.core import write_manifest
 
-    for name in ("recipes", "eval"):
+    for name in ("recipes", "eval", "scripts"):  # a clone's folders the commands name
         (tmp_path / name).symlink_to(ROOT / name)
     monkeypatch.chdir(tmp_path)
     demo = Path("runs/demo")
