@@ -17,7 +17,7 @@ from trl import ModelConfig, get_peft_config
 import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
 from instella_recipes.core import RecipeError, check_range, check_training_length, get_logger, read_manifest
 from instella_recipes.data.tokenizer import load_tokenizer
-from instella_recipes.trainer.checks import check_attention, check_global_batch, check_tokenizer_fits
+from instella_recipes.trainer.checks import check_global_batch, check_tokenizer_fits
 from instella_recipes.trainer.optim import check_schedule_kwargs
 from instella_recipes.trainer.settings import DATA, LAUNCH, RUN, StageSettings
 from instella_recipes.trainer.stage import Stage
@@ -103,7 +103,6 @@ class CheckedModelConfig(ModelConfig):
         check_range("lora_r", self.lora_r, 1, integer=True)
         check_range("lora_alpha", self.lora_alpha, 0, low_open=True)
         check_range("lora_dropout", self.lora_dropout, 0, 1, high_open=True)
-        check_attention(self.attn_implementation)
         super().__post_init__()
 
 

@@ -160,7 +160,9 @@ class SFTStage(PostTrainingStage):
                 check_rope_theta(self.args.rope_theta, config, self.model_args.model_name_or_path)
             if self.args.max_length is not None and not self.args.max_length_beyond_positions:
                 fix = "lower --max_length (or set max_length_beyond_positions: true to train past them on purpose)"
-                check_fits_positions(config, self.args.max_length, f"max_length {self.args.max_length}", fix)
+                default = SFTConfig.__dataclass_fields__["max_length"].default
+                unset = " (TRL's default: the recipe sets none)" if self.args.max_length == default else ""
+                check_fits_positions(config, self.args.max_length, f"max_length {self.args.max_length}{unset}", fix)
 
     def load_data(self) -> PostTrainingData:
         """The chat mixture (`sources`), or with `mds_streams` the authors' packed MDS rows: checked before any work,

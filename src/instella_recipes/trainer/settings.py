@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from instella_recipes.core.checks import check_training_arguments
-from instella_recipes.trainer.checks import check_attention, check_report_to
+from instella_recipes.trainer.checks import check_report_to
 
 RUN, DATA, LAUNCH = "run", "data", "launch"
 ROLES = (RUN, DATA, LAUNCH)
@@ -119,4 +119,3 @@ class StageSettings:
         check_report_to(self.report_to)
         check_training_arguments(self)
         super().__post_init__()
-        check_attention(getattr(self, "attn_implementation", None))  # pretraining's field; after the bf16 check
