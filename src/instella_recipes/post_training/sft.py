@@ -15,7 +15,7 @@ tokenizer with the chat template, trainer_state.json, data_report.json and manif
 `run.py`.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from transformers import AutoConfig
@@ -160,7 +160,7 @@ class SFTStage(PostTrainingStage):
                 check_rope_theta(self.args.rope_theta, config, self.model_args.model_name_or_path)
             if self.args.max_length is not None and not self.args.max_length_beyond_positions:
                 fix = "lower --max_length (or set max_length_beyond_positions: true to train past them on purpose)"
-                default = SFTConfig.__dataclass_fields__["max_length"].default
+                default = next(f.default for f in fields(SFTConfig) if f.name == "max_length")
                 unset = " (TRL's default: the recipe sets none)" if self.args.max_length == default else ""
                 check_fits_positions(config, self.args.max_length, f"max_length {self.args.max_length}{unset}", fix)
 

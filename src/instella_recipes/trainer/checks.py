@@ -3,6 +3,7 @@
 import importlib.util
 from dataclasses import dataclass
 
+import torch
 from transformers import TrainingArguments
 
 from instella_recipes.core.checks import check_training_arguments
@@ -25,8 +26,6 @@ def check_attention(attn_implementation: str | None) -> None:
     it only when the model loads, as a traceback)."""
     if not str(attn_implementation or "").startswith("flash_attention"):
         return
-    import torch  # here: the settings classes that call this have imported it already
-
     if not torch.cuda.is_available():
         raise RecipeError(
             f"attn_implementation {attn_implementation} needs a GPU, and this machine has none: use "
