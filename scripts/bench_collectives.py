@@ -11,7 +11,17 @@ The backend defaults to NCCL (RCCL on ROCm) when GPUs are visible, gloo otherwis
 Formulas and the correctness check: instella_recipes/systems/collectives.py.
 """
 
-from instella_recipes.systems.collectives import main
+try:
+    from instella_recipes.systems.collectives import main
+except ModuleNotFoundError as missing:  # a Python without the project (outside .venv): one line, not a traceback
+    import sys
+
+    print(
+        f"error: {sys.executable} cannot import {missing.name}: run it with the project's environment "
+        f"(. .venv/bin/activate first, or .venv/bin/python {sys.argv[0]}; make setup creates .venv)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 if __name__ == "__main__":
     raise SystemExit(main())

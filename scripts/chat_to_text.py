@@ -8,7 +8,17 @@ named converters in instella_recipes/post_training/converters.py). Rows without 
 counted.
 """
 
-from instella_recipes.post_training.chat_to_text import main
+try:
+    from instella_recipes.post_training.chat_to_text import main
+except ModuleNotFoundError as missing:  # a Python without the project (outside .venv): one line, not a traceback
+    import sys
+
+    print(
+        f"error: {sys.executable} cannot import {missing.name}: run it with the project's environment "
+        f"(. .venv/bin/activate first, or .venv/bin/python {sys.argv[0]}; make setup creates .venv)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -11,7 +11,17 @@ Inputs are a safetensors file or a folder of safetensors shards (a `model.pt` / 
 renamed when complete, so an interrupted run never leaves a folder that looks finished.
 """
 
-from instella_recipes.checkpoint.convert import main
+try:
+    from instella_recipes.checkpoint.convert import main
+except ModuleNotFoundError as missing:  # a Python without the project (outside .venv): one line, not a traceback
+    import sys
+
+    print(
+        f"error: {sys.executable} cannot import {missing.name}: run it with the project's environment "
+        f"(. .venv/bin/activate first, or .venv/bin/python {sys.argv[0]}; make setup creates .venv)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 if __name__ == "__main__":
     raise SystemExit(main())

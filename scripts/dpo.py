@@ -7,7 +7,17 @@ The settings (`CheckedDPOConfig`), the trainer (`InstellaDPOTrainer`) and the st
 `instella_recipes/post_training/dpo.py`; see docs/post_training.md.
 """
 
-from instella_recipes.trainer.stop_requests import catch_stop_requests
+try:
+    from instella_recipes.trainer.stop_requests import catch_stop_requests
+except ModuleNotFoundError as missing:  # a Python without the project (outside .venv): one line, not a traceback
+    import sys
+
+    print(
+        f"error: {sys.executable} cannot import {missing.name}: run it with the project's environment "
+        f"(. .venv/bin/activate first, or .venv/bin/python {sys.argv[0]}; make setup creates .venv)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 if __name__ == "__main__":
     catch_stop_requests()  # first: the imports below take seconds, and a SIGTERM during them must not be fatal

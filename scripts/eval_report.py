@@ -7,7 +7,17 @@
 metric, which scale, how averages are computed: `instella_recipes/evaluation/report.py`.
 """
 
-from instella_recipes.evaluation.report import main
+try:
+    from instella_recipes.evaluation.report import main
+except ModuleNotFoundError as missing:  # a Python without the project (outside .venv): one line, not a traceback
+    import sys
+
+    print(
+        f"error: {sys.executable} cannot import {missing.name}: run it with the project's environment "
+        f"(. .venv/bin/activate first, or .venv/bin/python {sys.argv[0]}; make setup creates .venv)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 if __name__ == "__main__":
     raise SystemExit(main())

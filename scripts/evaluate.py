@@ -7,7 +7,17 @@ What is checked (model folder, task names, chat suites, every few-shot prompt ag
 exact `lm_eval` command: `instella_recipes/evaluation/preflight.py`.
 """
 
-from instella_recipes.evaluation.preflight import main
+try:
+    from instella_recipes.evaluation.preflight import main
+except ModuleNotFoundError as missing:  # a Python without the project (outside .venv): one line, not a traceback
+    import sys
+
+    print(
+        f"error: {sys.executable} cannot import {missing.name}: run it with the project's environment "
+        f"(. .venv/bin/activate first, or .venv/bin/python {sys.argv[0]}; make setup creates .venv)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -8,7 +8,17 @@ The settings (`CheckedGRPOConfig`, TRL's GRPOConfig plus the stage's fields), th
 the run live in `instella_recipes/post_training/grpo.py`; see docs/instella_math.md.
 """
 
-from instella_recipes.trainer.stop_requests import catch_stop_requests
+try:
+    from instella_recipes.trainer.stop_requests import catch_stop_requests
+except ModuleNotFoundError as missing:  # a Python without the project (outside .venv): one line, not a traceback
+    import sys
+
+    print(
+        f"error: {sys.executable} cannot import {missing.name}: run it with the project's environment "
+        f"(. .venv/bin/activate first, or .venv/bin/python {sys.argv[0]}; make setup creates .venv)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 if __name__ == "__main__":
     catch_stop_requests()  # first: the imports below take seconds, and a SIGTERM during them must not be fatal

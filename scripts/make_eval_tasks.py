@@ -6,7 +6,17 @@
 What is generated and why: `instella_recipes/evaluation/tasks.py`.
 """
 
-from instella_recipes.evaluation.tasks import main
+try:
+    from instella_recipes.evaluation.tasks import main
+except ModuleNotFoundError as missing:  # a Python without the project (outside .venv): one line, not a traceback
+    import sys
+
+    print(
+        f"error: {sys.executable} cannot import {missing.name}: run it with the project's environment "
+        f"(. .venv/bin/activate first, or .venv/bin/python {sys.argv[0]}; make setup creates .venv)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 if __name__ == "__main__":
     raise SystemExit(main())

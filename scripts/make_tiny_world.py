@@ -7,7 +7,17 @@ items), then `manifest.json` with the world's parameters, row counts
 and file digests. The generator is `instella_recipes/data/tiny_world.py`; the same seed gives byte-identical files.
 """
 
-from instella_recipes.data.tiny_world import main
+try:
+    from instella_recipes.data.tiny_world import main
+except ModuleNotFoundError as missing:  # a Python without the project (outside .venv): one line, not a traceback
+    import sys
+
+    print(
+        f"error: {sys.executable} cannot import {missing.name}: run it with the project's environment "
+        f"(. .venv/bin/activate first, or .venv/bin/python {sys.argv[0]}; make setup creates .venv)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 if __name__ == "__main__":
     raise SystemExit(main())

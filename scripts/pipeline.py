@@ -7,7 +7,17 @@ Stages run in dependency order, complete ones are skipped; `--stage NAME` runs o
 says what would run and why. The format: docs/pipeline.md; the Slurm executor: docs/slurm.md.
 """
 
-from instella_recipes.core.command_line import preflight
+try:
+    from instella_recipes.core.command_line import preflight
+except ModuleNotFoundError as missing:  # a Python without the project (outside .venv): one line, not a traceback
+    import sys
+
+    print(
+        f"error: {sys.executable} cannot import {missing.name}: run it with the project's environment "
+        f"(. .venv/bin/activate first, or .venv/bin/python {sys.argv[0]}; make setup creates .venv)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 preflight("pipeline", "recipes/tiny/pipeline.yaml")  # before the slow imports (a wrong command line fails fast)
 

@@ -8,7 +8,17 @@ authors trained Instella on, as `dolma tokens` writes them (`layout: olmo`, one 
 Runs on CPU nodes before training.
 """
 
-from instella_recipes.core.command_line import preflight
+try:
+    from instella_recipes.core.command_line import preflight
+except ModuleNotFoundError as missing:  # a Python without the project (outside .venv): one line, not a traceback
+    import sys
+
+    print(
+        f"error: {sys.executable} cannot import {missing.name}: run it with the project's environment "
+        f"(. .venv/bin/activate first, or .venv/bin/python {sys.argv[0]}; make setup creates .venv)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 preflight("prepare_data", "recipes/tiny/prepare_data.yaml")  # before torch/TRL load (a wrong recipe fails fast)
 

@@ -8,7 +8,17 @@ or from `model_config` (from scratch). Every input check runs before the first s
 The settings (`PretrainArguments`) and the run live in `instella_recipes/training/pretrain.py`.
 """
 
-from instella_recipes.core.command_line import preflight
+try:
+    from instella_recipes.core.command_line import preflight
+except ModuleNotFoundError as missing:  # a Python without the project (outside .venv): one line, not a traceback
+    import sys
+
+    print(
+        f"error: {sys.executable} cannot import {missing.name}: run it with the project's environment "
+        f"(. .venv/bin/activate first, or .venv/bin/python {sys.argv[0]}; make setup creates .venv)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 preflight("pretrain", "recipes/tiny/pretrain_stage1.yaml")  # before torch/TRL load (a wrong recipe fails fast)
 

@@ -6,7 +6,17 @@ generation config, model card with the resolved hyperparameters and the eval tab
         [--eval_results runs/demo/eval_dpo ...] [--push_to_hub --repo_id org/name]
 """
 
-from instella_recipes.checkpoint.release import main
+try:
+    from instella_recipes.checkpoint.release import main
+except ModuleNotFoundError as missing:  # a Python without the project (outside .venv): one line, not a traceback
+    import sys
+
+    print(
+        f"error: {sys.executable} cannot import {missing.name}: run it with the project's environment "
+        f"(. .venv/bin/activate first, or .venv/bin/python {sys.argv[0]}; make setup creates .venv)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -13,7 +13,17 @@ first checked against the model the config describes; a mismatch is an error bef
 appears only when complete (written to `<output>.partial`, then renamed). How: instella_recipes/checkpoint/reshape.py.
 """
 
-from instella_recipes.checkpoint.reshape import main
+try:
+    from instella_recipes.checkpoint.reshape import main
+except ModuleNotFoundError as missing:  # a Python without the project (outside .venv): one line, not a traceback
+    import sys
+
+    print(
+        f"error: {sys.executable} cannot import {missing.name}: run it with the project's environment "
+        f"(. .venv/bin/activate first, or .venv/bin/python {sys.argv[0]}; make setup creates .venv)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -13,7 +13,17 @@ MFU on MI300X, H100 and H200.
 recipe YAML (its model_config / model_name_or_path). The formulas: instella_recipes/systems/sizing.py.
 """
 
-from instella_recipes.systems.sizing import main
+try:
+    from instella_recipes.systems.sizing import main
+except ModuleNotFoundError as missing:  # a Python without the project (outside .venv): one line, not a traceback
+    import sys
+
+    print(
+        f"error: {sys.executable} cannot import {missing.name}: run it with the project's environment "
+        f"(. .venv/bin/activate first, or .venv/bin/python {sys.argv[0]}; make setup creates .venv)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 if __name__ == "__main__":
     raise SystemExit(main())

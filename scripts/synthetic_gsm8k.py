@@ -6,7 +6,17 @@ Killed half way, the same command resumes. See docs/synthetic_gsm8k.md. Exit cod
 work), 1 the model server failed too often (the same command retries the seeds it left undone).
 """
 
-from instella_recipes.core.command_line import preflight
+try:
+    from instella_recipes.core.command_line import preflight
+except ModuleNotFoundError as missing:  # a Python without the project (outside .venv): one line, not a traceback
+    import sys
+
+    print(
+        f"error: {sys.executable} cannot import {missing.name}: run it with the project's environment "
+        f"(. .venv/bin/activate first, or .venv/bin/python {sys.argv[0]}; make setup creates .venv)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 preflight("synthetic_gsm8k", "recipes/synthetic_gsm8k/tiny.yaml")  # before torch/TRL load (a wrong recipe fails fast)
 

@@ -8,7 +8,17 @@ saves that tokenizer instead (e.g. the OLMo one Instella uses). Either way the o
 and `manifest.json` records which it was.
 """
 
-from instella_recipes.data.tokenizer import main
+try:
+    from instella_recipes.data.tokenizer import main
+except ModuleNotFoundError as missing:  # a Python without the project (outside .venv): one line, not a traceback
+    import sys
+
+    print(
+        f"error: {sys.executable} cannot import {missing.name}: run it with the project's environment "
+        f"(. .venv/bin/activate first, or .venv/bin/python {sys.argv[0]}; make setup creates .venv)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -8,7 +8,17 @@ hashes all of them (in parallel), and caches each result by the file's inode, si
 re-read sampled blocks only (instella_recipes/data/integrity.py; the cost at stage 1's scale: benchmarks/RESULTS.md).
 """
 
-from instella_recipes.data.verify_data import main
+try:
+    from instella_recipes.data.verify_data import main
+except ModuleNotFoundError as missing:  # a Python without the project (outside .venv): one line, not a traceback
+    import sys
+
+    print(
+        f"error: {sys.executable} cannot import {missing.name}: run it with the project's environment "
+        f"(. .venv/bin/activate first, or .venv/bin/python {sys.argv[0]}; make setup creates .venv)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 if __name__ == "__main__":
     raise SystemExit(main())

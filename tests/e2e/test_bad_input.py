@@ -15,6 +15,7 @@ from instella_recipes.core import RecipeError, parse_recipe
 from instella_recipes.trainer.checks import check_global_batch, check_tokenizer_fits, fit_accumulation
 from modeling_instella import InstellaConfig, InstellaForCausalLM
 from tests.conftest import tiny_config
+from tests.helpers.argv import overriding
 
 
 def test_hidden_size_not_divisible_by_heads():
@@ -367,8 +368,9 @@ def _olmo_world(root) -> dict:
 
 
 def _prep(w, out, *extra, sources=None):
-    return ["--output_dir", str(out), "--sources", str(sources or w["text"]), "--train_tokenizer_vocab_size", "300",
-            "--seq_len", "16", "--num_proc", "1", *extra]  # fmt: skip
+    base = ["--output_dir", str(out), "--sources", str(sources or w["text"]), "--train_tokenizer_vocab_size", "300",
+            "--seq_len", "16", "--num_proc", "1"]  # fmt: skip
+    return overriding(base, list(extra))
 
 
 def _token_files(folder):
@@ -410,11 +412,11 @@ def _stage2(w, out, model):
 
 
 def _post(w, out, model=None, source=None, converter="messages", *extra):
-    return ["--model_name_or_path", str(model or w["model"]), "--output_dir", str(out),
+    return overriding(["--model_name_or_path", str(model or w["model"]), "--output_dir", str(out),
             "--sources", _src(source or w["chat" if converter == "messages" else "pairs"], converter),
             "--max_length", "64", "--per_device_train_batch_size", "2", "--num_train_epochs", "1",
             "--learning_rate", "1e-3", "--save_strategy", "no", "--report_to", "none", "--use_cpu", "true",
-            "--bf16", "false", "--max_steps", "1", *extra]  # fmt: skip
+            "--bf16", "false", "--max_steps", "1"], list(extra))  # fmt: skip
 
 
 def _sft(w, out, *extra, **kw):
@@ -430,13 +432,14 @@ def _olmo(out, path, *extra, destination="s", **fields):
     from tests.unit.data.test_dolma_tokens import TOKENIZER
 
     source = json.dumps({"name": "s", "path": str(path), "destination": destination, **fields})
-    return ["--layout", "olmo", "--output_dir", str(out), "--sources", source, "--tokenizer", str(TOKENIZER), *extra]
+    base = ["--layout", "olmo", "--output_dir", str(out), "--sources", source, "--tokenizer", str(TOKENIZER)]
+    return overriding(base, list(extra))
 
 
 def _syn(w, out, *extra):
     from tests.helpers.synthetic_fakes import SEEDS
 
-    return ["--seeds", str(SEEDS), "--output_dir", str(out), "--model", "m", *extra]
+    return overriding(["--seeds", str(SEEDS), "--output_dir", str(out), "--model", "m"], list(extra))
 
 
 # (id, entry point, argv builder(world, out), text the error line must contain)

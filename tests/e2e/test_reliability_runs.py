@@ -17,6 +17,7 @@ import pytest
 
 from instella_recipes.core import read_manifest, write_manifest
 from instella_recipes.training.pretrain import main as pretrain_main
+from tests.helpers.argv import overriding
 from tests.helpers.pretrain_utils import pretrain_argv
 from tests.unit.core import test_reliability as unit_half  # fixtures and helpers both halves use
 
@@ -25,11 +26,11 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def sft_argv(world, out, *extra, source=None) -> list[str]:
-    return ["--model_name_or_path", str(world / "model"), "--output_dir", str(out),
+    return overriding(["--model_name_or_path", str(world / "model"), "--output_dir", str(out),
             "--sources", str(source or world / "chat.jsonl"), "--max_length", "64",
             "--per_device_train_batch_size", "2", "--learning_rate", "1e-3", "--report_to", "none",
-            "--use_cpu", "true", "--bf16", "false", "--torch_num_threads", "1", "--max_steps", "2",
-            *extra]  # fmt: skip
+            "--use_cpu", "true", "--bf16", "false", "--torch_num_threads", "1", "--max_steps", "2"],
+            list(extra))  # fmt: skip
 
 
 def test_overwrite_replaces_a_complete_output_of_another_stage_from_scratch(post_world, data_dir, tmp_path, capsys):

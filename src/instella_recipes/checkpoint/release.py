@@ -32,6 +32,7 @@ from instella_recipes.core import (
     setup_logging,
     write_manifest,
 )
+from instella_recipes.core.paths import REPO_ROOT
 from instella_recipes.evaluation.results import read_eval_results
 from instella_recipes.post_training.dpo import CheckedDPOConfig
 from instella_recipes.post_training.run import CheckedModelConfig
@@ -39,7 +40,7 @@ from instella_recipes.post_training.sft import CheckedSFTConfig
 from instella_recipes.post_training.template import install_chat_template
 from instella_recipes.trainer.settings import DATA, RUN, field_roles
 from instella_recipes.training.pretrain import PretrainArguments
-from instella_recipes.weights import check_model_folder, check_tokenizer_folder, load_pretrained
+from instella_recipes.weights import check_model_folder, check_tokenizer_folder, load_pretrained, looks_like_hub_id
 from instella_recipes.weights.safetensors_io import check_model_finite, index_single_file
 
 logger = get_logger(__name__)
@@ -117,13 +118,16 @@ def _strings(value) -> list[str]:
 
 
 def find_recipe(manifest: dict | None) -> str | None:
-    """The recipe YAML a manifest records (under `recipe`, `config` or `recipe_path`), if the file exists."""
+    """The recipe YAML a manifest records (under `recipe`, `config` or `recipe_path`), if the file exists: as
+    recorded (relative to where the run started), or from the repository root (`recipes/...`, the documented way)."""
     for key in ("recipe", "config", "recipe_path"):
         value = (manifest or {}).get(key)
         if isinstance(value, dict):
             value = value.get("path")
-        if isinstance(value, str) and value.endswith((".yaml", ".yml")) and Path(value).is_file():
-            return value
+        if isinstance(value, str) and value.endswith((".yaml", ".yml")):
+            for path in (Path(value), REPO_ROOT / value):
+                if path.is_file():
+                    return str(path)
     return None
 
 
@@ -193,8 +197,17 @@ def dataset_ids(datasets) -> list[str]:
     return out
 
 
-def base_model(manifest: dict | None) -> str | None:
-    """The model this one was trained from, as the run was given it (a Hub id or a path): the card's `base_model`."""
+def hub_id(value) -> str | None:
+    """`value` when it names a Hub repo (`owner/name`, no folder of that name here: `looks_like_hub_id`, and not
+    under `runs/`, where every stage of this project writes), else None: the card's metadata takes Hub ids only;
+    local paths stay in its body."""
+    if isinstance(value, str) and looks_like_hub_id(value) and not value.startswith("runs/"):
+        return value
+    return None
+
+
+def given_model(manifest: dict | None) -> str | None:
+    """The model a run was trained from, as it was given (a Hub id or a path)."""
     manifest = manifest or {}
     given = (manifest.get("inputs") or {}).get("model") or (manifest.get("hyperparameters") or {}).get(
         "model_name_or_path"
@@ -202,16 +215,32 @@ def base_model(manifest: dict | None) -> str | None:
     return given if isinstance(given, str) and given else None
 
 
+def base_model(chain: list[tuple[Path, dict]]) -> str | None:
+    """The card's `base_model`: the Hub id the runs that made this model started from, followed through the local
+    stage outputs (`lineage`: a DPO run from `runs/x/sft`, itself from `amd/Instella-3B` -> `amd/Instella-3B`);
+    None when they started from scratch or from local folders only."""
+    return next((hub for _, manifest in chain if (hub := hub_id(given_model(manifest)))), None)
+
+
+def hub_datasets(chain: list[tuple[Path, dict]], recipe_data: dict) -> list[str]:
+    """The card's `datasets`: the Hub ids among the datasets of every run in the chain (newest first; a generated
+    source such as `tiny_world` or a local data folder is named in the card's body, not here)."""
+    found = []
+    for index, (_, manifest) in enumerate(chain or [(None, None)]):
+        names = dataset_ids(resolved_datasets(manifest, recipe_data if index == 0 else {}))
+        found += [name for name in names if hub_id(name) and name not in found]
+    return found
+
+
 # --- the model card ------------------------------------------------------------------------------------------------
 def _yaml_block(data) -> str:
     return "```yaml\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=False).strip() + "\n```\n"
 
 
-def card_data(
-    args: ReleaseArguments, model_type: str, evals: list[dict], manifest: dict | None = None, recipe_data=None
-) -> ModelCardData:
-    """The card's YAML header in the Hub's layout: library, license, tags, `base_model` and `datasets` (what the
-    stage manifest records; nothing when there is none) and the model-index of the evaluation rows."""
+def card_data(args: ReleaseArguments, model_type: str, evals: list[dict], chain=(), recipe_data=None) -> ModelCardData:
+    """The card's YAML header in the Hub's layout: library, license, tags, `base_model` and `datasets` (Hub ids the
+    stage manifests' chain records: `base_model`, `hub_datasets`; nothing when there is none) and the model-index of
+    the evaluation rows."""
     results = [
         EvalResult(
             task_type="text-generation",
@@ -228,8 +257,8 @@ def card_data(
         pipeline_tag="text-generation",
         license=args.license,
         tags=sorted({model_type, "recipes"}),
-        base_model=base_model(manifest),
-        datasets=dataset_ids(resolved_datasets(manifest, recipe_data or {})) or None,
+        base_model=base_model(list(chain)),
+        datasets=hub_datasets(list(chain), recipe_data or {}) or None,
         eval_results=results or None,
     )
 
@@ -316,7 +345,7 @@ def model_card(args: ReleaseArguments, model, recipe: str | None, chain, evals: 
         f"(bos {config.bos_token_id}, eos {config.eos_token_id}, pad {config.pad_token_id}).",
         "",
     ]
-    header = card_data(args, config.model_type, evals, manifest, recipe_data).to_yaml()
+    header = card_data(args, config.model_type, evals, chain, recipe_data).to_yaml()
     return ModelCard(f"---\n{header}\n---\n\n" + "\n".join(lines))
 
 

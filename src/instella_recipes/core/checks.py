@@ -163,9 +163,18 @@ def check_cpu_processes(args) -> None:
 
     if torch.cuda.is_available():
         return
+    precision = os.environ.get("ACCELERATE_MIXED_PRECISION")  # set by `accelerate launch` from its config
+    if precision is not None and (precision != "no" or int(world) > 2):  # a GPU config (ddp_8gpu, fsdp2_*)
+        raise RecipeError(
+            f"the accelerate config launched {world} processes with mixed precision {precision}, a GPU config, on a "
+            f"machine without a GPU: on CPU run `python scripts/<stage>.py ...` alone, or launch with "
+            f"--config_file accelerate_configs/cpu_2proc.yaml and add --use_cpu true",
+            every_rank=True,
+        )
     raise RecipeError(
         f"{world} processes (WORLD_SIZE={world}: torchrun or srun) on a machine without a GPU: add --use_cpu true "
-        f"so that they train together over gloo (without it each process trains alone)"
+        f"so that they train together over gloo (without it each process trains alone)",
+        every_rank=True,
     )
 
 

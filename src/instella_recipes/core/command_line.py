@@ -36,8 +36,14 @@ def known_recipes() -> list[str]:
 
 
 def missing_recipe_message(path: str | Path) -> str:
-    """`recipe file X does not exist` plus the nearest existing recipe (by name) or where recipes live."""
+    """`recipe file X does not exist` plus the nearest existing recipe (by name) or where recipes live; for a right
+    path typed outside the repository root, that paths are relative to it."""
     path = Path(path)
+    if not path.is_absolute() and (RECIPES_DIR.parent / path).is_file():  # typed right, from another folder
+        return (
+            f"recipe file {path} does not exist here ({Path.cwd()}): recipe paths, like the runs/ folders recipes "
+            f"name, are relative to the repository root: cd {RECIPES_DIR.parent} first"
+        )
     recipes = known_recipes()
     tail = Path(*path.parts[path.parts.index("recipes") :]).as_posix() if "recipes" in path.parts else path.as_posix()
     close = difflib.get_close_matches(tail, recipes, n=1, cutoff=0.5)

@@ -23,7 +23,15 @@ from collections.abc import Callable, Iterable, Iterator
 
 
 class RecipeError(ValueError):
-    """Bad user input (recipe, data, checkpoint). Entry points print it without a traceback and exit with 2."""
+    """Bad user input (recipe, data, checkpoint). Entry points print it without a traceback and exit with 2.
+    `every_rank=True`: every process of a launch finds the same mistake (the launch itself), so only the first
+    process of each node prints it (one line, not one per process)."""
+
+    every_rank = False
+
+    def __init__(self, *args, every_rank: bool = False):
+        super().__init__(*args)
+        self.every_rank = every_rank
 
 
 class EnvironmentFailure(OSError):
@@ -77,17 +85,30 @@ def environment_cause(err: BaseException) -> OSError | None:
     return None
 
 
+# Ctrl-C: the stages write their manifest last, so an interrupted output never looks complete, and the same command
+# resumes it (training stages from their last checkpoint).
+INTERRUPTED = "interrupted (Ctrl-C): nothing was marked complete; run the same command to resume"
+
+
 def exit_on_recipe_error(main: Callable) -> Callable:
-    """Wrap an entry point's `main`: a `RecipeError` becomes `error: <message>` on stderr and exit code 2; a failure
-    of the machine (`describe_os_error`) becomes `error: <path>: <cause> (<what to do>)` and exit code 1."""
+    """Wrap an entry point's `main(argv)`: called without arguments (as a script), it gets `sys.argv[1:]`, so what it
+    records (a stage's manifest: command line and recipe) is the command that ran; a `RecipeError` becomes
+    `error: <message>` on stderr and exit code 2; a failure of the machine (`describe_os_error`) becomes
+    `error: <path>: <cause> (<what to do>)` and exit code 1; Ctrl-C one line and exit code 130 (`interrupted`)."""
 
     @functools.wraps(main)
     def wrapper(*args, **kwargs):
+        if not args and "argv" not in kwargs:
+            args = (sys.argv[1:],)
         try:
             return main(*args, **kwargs)
         except RecipeError as err:
-            print(f"error: {err}", file=sys.stderr)
+            if not err.every_rank or os.environ.get("LOCAL_RANK", "0") == "0":
+                print(f"error: {err}", file=sys.stderr)
             raise SystemExit(2) from None
+        except KeyboardInterrupt:
+            print(f"error: {INTERRUPTED}", file=sys.stderr)
+            raise SystemExit(130) from None
         except Exception as err:
             cause = environment_cause(err)
             if cause is None:

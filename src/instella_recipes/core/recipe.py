@@ -3,8 +3,9 @@
 One YAML is one run. `--config recipe.yaml` sets the defaults; any `--flag value` on the command line overrides
 them. TRL's parser already refuses unknown keys, but only as a list; we check first so the error names the file,
 the line and the closest known key, before any model or data work starts. A key given twice in one mapping is an
-error naming both lines (YAML loaders keep the last one silently). Every parsed number is then checked to be finite
-and within int64 (`check_numbers`), whatever its field: the dataclasses' own checks give the ranges.
+error naming both lines (YAML loaders keep the last one silently), and so is a flag given twice on the command
+line (argparse keeps the last; list flags such as `--stage` add up instead). Every parsed number is then checked to be
+finite and within int64 (`check_numbers`), whatever its field: the dataclasses' own checks give the ranges.
 """
 
 import ast
@@ -99,7 +100,7 @@ def check_flags(parser, args: list[str], retired: dict[str, str] | None = None) 
     argparse's own message ("unrecognized arguments") comes after parsing and names no alternative; prefix
     matching is off (`allow_abbrev=False`), so `--learning_rat` is an error here, not `--learning_rate`.
     """
-    known = _option_names(parser)
+    known, repeatable, seen = _option_names(parser), _list_flags(parser), {}
     for arg in args:
         if arg == "--":
             break
@@ -108,12 +109,24 @@ def check_flags(parser, args: list[str], retired: dict[str, str] | None = None) 
             if flag not in known:
                 hint = (retired or {}).get(flag[2:]) or did_you_mean(flag, known, "see --help for every field")
                 raise RecipeError(f"command line: unknown flag '{flag}' ({hint})")
+            name = flag.replace("-", "_")  # `--max-steps` is `--max_steps`
+            if name in seen and flag not in repeatable:  # argparse keeps the last value silently
+                raise RecipeError(
+                    f"command line: flag '{flag}' given twice (as '{seen[name]}' before): keep one, as for keys "
+                    "given twice in a recipe"
+                )
+            seen[name] = flag
+
+
+def _list_flags(parser) -> set[str]:
+    """The flags of list fields (`--stage a --stage b` adds up; `_merge_repeated_lists`)."""
+    # private: argparse lists its actions nowhere public [test_private_apis]
+    return {o for a in parser._actions if a.nargs in ("+", "*") for o in a.option_strings}
 
 
 def _merge_repeated_lists(parser, args: list[str]) -> list[str]:
     """`--stage a --stage b` means `--stage a b` for list fields (argparse would keep only the last)."""
-    # private: argparse lists its actions nowhere public [test_private_apis]
-    list_flags = {o for a in parser._actions if a.nargs in ("+", "*") for o in a.option_strings}
+    list_flags = _list_flags(parser)
     values: dict[str, list[str]] = {}
     out, i = [], 0
     while i < len(args):
@@ -208,5 +221,6 @@ def parse_recipe(
             for f in fields(item):
                 check_numbers(getattr(item, f.name, None), f.name)
     except ValueError as err:  # the dataclasses' own __post_init__ checks, and check_numbers
-        raise RecipeError(f"{path or 'command line'}: {_explain(err, path)}") from None
+        every_rank = getattr(err, "every_rank", False)  # a mistake of the launch: one line per node (core.errors)
+        raise RecipeError(f"{path or 'command line'}: {_explain(err, path)}", every_rank=every_rank) from None
     return parsed

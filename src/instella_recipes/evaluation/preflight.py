@@ -402,6 +402,27 @@ def suite_score_hints(tasks: list[str], output_path: str | None) -> list[str]:
     return hints
 
 
+# lm_eval flags evaluate.py sets from its own (checked) ones: after `--` lm_eval would take the last, unchecked
+OWN_FLAGS = {"--tasks": "--tasks", "--model": "--backend", "--model_args": "--model_args",
+             "--include_path": "--include_path", "--num_fewshot": "--num_fewshot", "--limit": "--limit",
+             "--output_path": "--output_path", "-o": "--output_path", "-t": "--tasks"}  # fmt: skip
+
+
+def check_extra(extra: list[str], args) -> None:
+    """The lm_eval arguments after `--`: none of the flags evaluate.py sets itself (`-- --tasks x` skipped every
+    check and ended in lm-eval's "Tasks not found" traceback), and `--log_samples` with an `--output_path`
+    (lm-eval refuses it without one, as a traceback, after loading the model)."""
+    for word in extra:
+        flag = word.split("=", 1)[0]
+        if flag in OWN_FLAGS:
+            raise RecipeError(
+                f"{flag} after `--` bypasses evaluate.py's checks: give it as evaluate.py's {OWN_FLAGS[flag]} "
+                f"(before `--`)"
+            )
+    if "--log_samples" in extra and not args.output_path:
+        raise RecipeError("--log_samples writes the samples beside the results: add --output_path <folder>")
+
+
 @exit_on_recipe_error
 def main(argv: list[str] | None = None) -> int:
     """`scripts/evaluate.py`: the checks, then `lm_eval` as a child, its results checked (unless --check_only)."""
@@ -410,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = argv[: argv.index("--")] if "--" in argv else argv
     (args,) = parse_recipe([EvaluateArguments], argv)
     setup_logging()
+    check_extra(extra, args)
     check_backend(args)
     checked = preflight(args.model_dir, args.task_list, args.num_fewshot, args.limit, args.include_path)
     logger.info(f"checks passed ({checked} requests fit the model's context)")

@@ -177,6 +177,26 @@ EVAL_NOTE = (
 )
 
 
+# lm-eval metrics for which lower is better (the chart marks them; every other score is higher-is-better)
+LOWER_IS_BETTER = ("bits_per_byte", "perplexity")
+
+
+def lower_is_better(metric: str) -> bool:
+    return any(name in metric for name in LOWER_IS_BETTER)
+
+
+def chart_bars(scores: dict[str, dict], keys: list) -> dict[str, list[int]]:
+    """Per checkpoint, the positions (indices into `keys`) it has a score for: a stage that was not evaluated on a
+    task gets no bar there (a 0.00 bar would read as a measured zero)."""
+    return {model: [k for k, key in enumerate(keys) if key in by_key] for model, by_key in scores.items()}
+
+
+def chart_label(task: str, metric: str) -> str:
+    """A task's tick label: task, metric on its own line, and the direction where lower is better."""
+    label = f"{task}\n{metric.replace(' (', chr(10) + '(')}"
+    return label + ("\n(lower is better)" if lower_is_better(metric) else "")
+
+
 def eval_section(records: list[dict], plots: Path, link: Path) -> list[str]:
     rows: dict[str, dict[tuple[str, str], dict]] = {}
     for r in records:
@@ -198,19 +218,20 @@ def eval_section(records: list[dict], plots: Path, link: Path) -> list[str]:
     lines.append("")
     fig, ax = plt.subplots(figsize=(max(7, 1.8 * len(keys) + 2), 4.8))
     width = 0.8 / len(models)
-    for i, model in enumerate(models):
-        xs = [k + (i - (len(models) - 1) / 2) * width for k in range(len(keys))]
+    for i, (model, present) in enumerate(chart_bars(scores, keys).items()):
+        xs = [k + (i - (len(models) - 1) / 2) * width for k in present]
         # error bars: lm-eval's standard error of each mean (the table's ±), clipped to the [0, 1] score range
-        values = [scores[model].get(key, 0.0) for key in keys]
-        errors = [(rows[model].get(key) or {}).get("stderr") or 0.0 for key in keys]
+        values = [scores[model][keys[k]] for k in present]
+        errors = [(rows[model].get(keys[k]) or {}).get("stderr") or 0.0 for k in present]
         low = [min(e, v) for v, e in zip(values, errors)]
         high = [max(0.0, min(e, 1.0 - v)) for v, e in zip(values, errors)]  # bits per byte can exceed 1
         bars = ax.bar(xs, values, width, label=model, yerr=[low, high], capsize=3, error_kw={"elinewidth": 1})
         ax.bar_label(bars, fmt="%.2f", fontsize=8, padding=2)
     ax.set_xticks(range(len(keys)))
-    ax.set_xticklabels([f"{t}\n{m.replace(' (', chr(10) + '(')}" for t, m in keys], fontsize=8)
+    ax.set_xticklabels([chart_label(t, m) for t, m in keys], fontsize=8)
     ax.set_ylim(0, max(1.05, *(1.1 * v for s in scores.values() for v in s.values())))
-    _style(ax, "Evaluation scores per stage (bars: ± one standard error)", "task / metric", "score (higher is better)")
+    title = "Evaluation scores per stage (bars: ± one standard error; no bar: not evaluated on that task)"
+    _style(ax, title, "task / metric", "score (higher is better unless marked)")
     ax.legend(title="checkpoint", fontsize=9)
     fig.tight_layout()
     fig.savefig(plots / "eval_scores.png", dpi=110)

@@ -46,6 +46,7 @@ from instella_recipes.data.sources import PRETRAINING_ONLY, SourceSpec, load_row
 
 # `final_answer_reward` stays importable here: recipes name it by its old dotted path (rewards/ is its home)
 from instella_recipes.rewards import final_answer_reward, ground_truth_problem, load_reward_funcs  # noqa: F401
+from instella_recipes.trainer.checks import check_fits_positions
 from instella_recipes.trainer.settings import DATA, LAUNCH, RUN, StageSettings
 from instella_recipes.trainer.stage import Stage, run_stage
 
@@ -350,12 +351,9 @@ def check_lengths(args: CheckedGRPOConfig, model_args) -> None:
     """A rollout can never exceed what the model (or the vLLM engine) holds: prompt cap + completion cap must fit."""
     need = (args.max_prompt_length or 0) + (args.max_completion_length or 0)
     config = AutoConfig.from_pretrained(model_args.model_name_or_path, trust_remote_code=True)
-    limit = getattr(config, "max_position_embeddings", None)
-    if limit is not None and args.max_prompt_length is not None and need > limit:
-        raise RecipeError(
-            f"max_prompt_length {args.max_prompt_length} + max_completion_length {args.max_completion_length} = "
-            f"{need} tokens exceed the model's max_position_embeddings {limit}: lower max_completion_length"
-        )
+    if args.max_prompt_length is not None:
+        what = f"max_prompt_length {args.max_prompt_length} + max_completion_length {args.max_completion_length}"
+        check_fits_positions(config, need, what, "lower max_completion_length")
     if args.use_vllm and args.vllm_max_model_length is not None and need > args.vllm_max_model_length:
         raise RecipeError(
             f"vllm_max_model_length {args.vllm_max_model_length} < max_prompt_length + max_completion_length "

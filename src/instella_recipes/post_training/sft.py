@@ -15,7 +15,7 @@ tokenizer with the chat template, trainer_state.json, data_report.json and manif
 `run.py`.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from transformers import AutoConfig
@@ -24,6 +24,7 @@ from trl import SFTConfig, SFTTrainer
 from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.core.checks import check_choice
 from instella_recipes.data import mds
+from instella_recipes.trainer.checks import check_fits_positions
 from instella_recipes.trainer.mds_streams import (
     MDSStreamsArguments,
     StreamingRowsMixin,
@@ -78,6 +79,14 @@ class CheckedSFTConfig(PostTrainingSettings, MDSStreamsArguments, SequenceParall
     loss_reduction: str = field(default="mean", metadata={"role": RUN, "help": LOSS_REDUCTION_HELP})
     rope_theta: float | None = field(
         default=None, metadata={"role": RUN, "help": "The RoPE base the input model must carry (long-context SFT)."}
+    )
+    max_length_beyond_positions: bool = field(
+        default=False,
+        metadata={
+            "role": RUN,
+            "help": "Train rows longer than the model's max_position_embeddings on purpose (Instella-Math SFT-2: "
+            "32K on the 4K model, as the authors); else such a max_length is an error.",
+        },
     )
     optimizer_state_from: str | None = field(
         default=None,
@@ -145,9 +154,15 @@ class SFTStage(PostTrainingStage):
             folder = Path(self.args.optimizer_state_from) / OPTIMIZER_DIR
             self.optimizer_state = check_optimizer_state(folder, "optimizer_state_from")
         path = Path(self.model_args.model_name_or_path or "")
-        if self.args.rope_theta is not None and (path / "config.json").is_file():  # the config only, before any work
+        if (path / "config.json").is_file():  # the config only, before any work
             config = AutoConfig.from_pretrained(path, trust_remote_code=True)
-            check_rope_theta(self.args.rope_theta, config, self.model_args.model_name_or_path)
+            if self.args.rope_theta is not None:
+                check_rope_theta(self.args.rope_theta, config, self.model_args.model_name_or_path)
+            if self.args.max_length is not None and not self.args.max_length_beyond_positions:
+                fix = "lower --max_length (or set max_length_beyond_positions: true to train past them on purpose)"
+                default = next(f.default for f in fields(SFTConfig) if f.name == "max_length")
+                unset = " (TRL's default: the recipe sets none)" if self.args.max_length == default else ""
+                check_fits_positions(config, self.args.max_length, f"max_length {self.args.max_length}{unset}", fix)
 
     def load_data(self) -> PostTrainingData:
         """The chat mixture (`sources`), or with `mds_streams` the authors' packed MDS rows: checked before any work,

@@ -1,7 +1,9 @@
 """Input checks that every training entry point runs before it starts work."""
 
+import importlib.util
 from dataclasses import dataclass
 
+import torch
 from transformers import TrainingArguments
 
 from instella_recipes.core.checks import check_training_arguments
@@ -16,6 +18,48 @@ def check_tokenizer_fits(config, tokenizer) -> None:
             f"config.vocab_size ({config.vocab_size}) is smaller than the tokenizer ({n_ids} ids, "
             f"{getattr(tokenizer, 'name_or_path', '')}): set vocab_size >= {n_ids} in the model config "
             f"(Instella pads 50280 ids to 50304, a multiple of 64)."
+        )
+
+
+def check_attention(attn_implementation: str | None) -> None:
+    """`flash_attention_2` / `_3` needs a GPU and the flash-attn package: say so before any work (transformers says
+    it only when the model loads, as a traceback)."""
+    if not str(attn_implementation or "").startswith("flash_attention"):
+        return
+    if not torch.cuda.is_available():
+        raise RecipeError(
+            f"attn_implementation {attn_implementation} needs a GPU, and this machine has none: use "
+            f"--attn_implementation sdpa on CPU"
+        )
+    if importlib.util.find_spec("flash_attn") is None:
+        raise RecipeError(
+            f"attn_implementation {attn_implementation} needs the flash-attn package, which is not installed: "
+            f"pip install -e '.[gpu]' (or pip install flash-attn), or use --attn_implementation sdpa"
+        )
+
+
+def check_report_to(report_to) -> None:
+    """Each logging integration in `report_to` is installed: a missing `wandb` is a transformers traceback when the
+    Trainer is built, after the model and data loaded."""
+    packages = ("wandb", "mlflow", "comet_ml", "clearml", "trackio")  # integration = its package's import name
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    for name in names:
+        if name in packages and importlib.util.find_spec(name) is None:
+            raise RecipeError(
+                f"report_to: {name} is not installed: pip install {name}, or leave it out "
+                f"(--report_to tensorboard, or none)"
+            )
+
+
+def check_fits_positions(config, tokens: int, what: str, fix: str) -> None:
+    """A run's longest sequence (`tokens`, made as `what` says) must fit the model's `max_position_embeddings`:
+    RoPE computes any position, so a longer one trains without a word on positions the model never had. One check
+    for SFT's `max_length` and GRPO's prompt + completion caps; `fix` says what to change."""
+    limit = getattr(config, "max_position_embeddings", None)
+    if limit is not None and tokens > limit:
+        name = getattr(config, "_name_or_path", "") or "the model"
+        raise RecipeError(
+            f"{what} = {tokens} tokens exceed the model's max_position_embeddings {limit} ({name}): {fix}"
         )
 
 

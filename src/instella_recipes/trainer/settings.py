@@ -19,6 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from instella_recipes.core.checks import check_training_arguments
+from instella_recipes.trainer.checks import check_report_to
 
 RUN, DATA, LAUNCH = "run", "data", "launch"
 ROLES = (RUN, DATA, LAUNCH)
@@ -115,5 +116,6 @@ class StageSettings:
 
     def __post_init__(self):
         self.report_to = split_report_to(self.report_to)
+        check_report_to(self.report_to)
         check_training_arguments(self)
         super().__post_init__()

@@ -53,6 +53,7 @@ from instella_recipes.data.sources import source_identities
 from instella_recipes.data.token_files import describe_data_change
 from instella_recipes.trainer.callbacks import PreemptionCallback
 from instella_recipes.trainer.checkpoints import STAGING, complete_checkpoints, resolve_resume
+from instella_recipes.trainer.checks import check_attention
 from instella_recipes.trainer.settings import DATA, RUN, field_roles, values_with_role
 
 logger = get_logger(__name__)
@@ -213,6 +214,10 @@ def _run(stage: Stage) -> int:
     done = read_manifest(output_dir)
     if done is not None and done.get("stage") != stage.name:
         check_output_dir(output_dir, stage.overwrite, inputs=stage.inputs())
+    # flash_attention_2 without a GPU or flash-attn: a traceback when the model loads otherwise
+    check_attention(
+        getattr(stage.model_args, "attn_implementation", None) or getattr(stage.args, "attn_implementation", "")
+    )
     stage.check()
     data = stage.load_data()
     stage.stop_point("after loading the data")

@@ -177,3 +177,15 @@ def test_the_docs_quote_the_recorded_demo_report():
                 assert date in paragraph and machine in paragraph, f"{doc.name}: cite the run's date and machine"
                 quoted = set(re.findall(r"(?<![\w.])\d+\.\d+(?![\w.])", paragraph))
                 assert quoted <= set(re.findall(r"\d+\.\d+", recorded)), f"{doc.name}: {sorted(quoted)}"
+
+
+def test_score_chart_leaves_out_stages_not_evaluated_and_marks_lower_is_better():
+    """Issue 42: the demo's chart drew the long-context stages' missing tiny_world scores as 0.00 bars and labelled
+    bits per byte "higher is better"."""
+    from instella_recipes.pipeline.report import chart_bars, chart_label
+
+    keys = [("tiny_world_mc", "acc"), ("tiny_long_bpb", "bits_per_byte")]
+    scores = {"stage1": {keys[0]: 0.5}, "long": {keys[1]: 1.7}, "both": {keys[0]: 0.6, keys[1]: 1.2}}
+    assert chart_bars(scores, keys) == {"stage1": [0], "long": [1], "both": [0, 1]}
+    assert chart_label(*keys[1]).endswith("(lower is better)")
+    assert "lower" not in chart_label(*keys[0])

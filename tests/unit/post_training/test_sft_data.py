@@ -173,7 +173,7 @@ def test_bad_data_stops_the_recipe_before_any_output(tiny_model_dir, tmp_path, c
     recipe = tmp_path / "sft.yaml"
     recipe.write_text(
         f"# test\nmodel_name_or_path: {tiny_model_dir}\noutput_dir: {tmp_path / 'out'}\nsources:\n"
-        f"  - {{path: {bad}}}\nreport_to: none\nbf16: false\n"
+        f"  - {{path: {bad}}}\nreport_to: none\nbf16: false\nmax_length: 64\n"
     )
     with pytest.raises(SystemExit) as err:
         sft.main(["--config", str(recipe)])

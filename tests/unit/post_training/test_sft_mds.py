@@ -15,6 +15,7 @@ from instella_recipes.core import parse_recipe
 from instella_recipes.data import mds
 from instella_recipes.post_training import sft
 from instella_recipes.post_training.run import CheckedModelConfig
+from tests.helpers.argv import overriding
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 RECIPE = "recipes/tiny/sft_mds.yaml"
@@ -39,10 +40,13 @@ def sft_folders(tmp_path_factory, tiny_model_dir):
 
 
 def _argv(folders, model_dir, out, *extra):
-    return ["--config", RECIPE, "--model_name_or_path", str(model_dir), "--tokenizer_name_or_path", str(model_dir),
-            "--output_dir", str(out), "--mds_streams", f"{folders}/qa@0.75", f"{folders}/chat@0.25",
-            "--max_length", str(CUT), "--per_device_train_batch_size", "1", "--global_batch_size", "1",
-            "--max_steps", str(STEPS), *extra]  # fmt: skip
+    """The run's command line; `extra` flags replace the same flags' values (a flag given twice is an error)."""
+    return overriding(
+        ["--config", RECIPE, "--model_name_or_path", str(model_dir), "--tokenizer_name_or_path", str(model_dir),
+         "--output_dir", str(out), "--mds_streams", f"{folders}/qa@0.75", f"{folders}/chat@0.25",
+         "--max_length", str(CUT), "--per_device_train_batch_size", "1", "--global_batch_size", "1",
+         "--max_steps", str(STEPS)], list(extra),
+    )  # fmt: skip
 
 
 def _their_rows(folders):
@@ -115,7 +119,7 @@ def test_a_missing_folder_and_another_tokenizer_are_one_line(sft_folders, tiny_m
     (other / "tokenizer.json").write_text('{"model": "another"}\n')
     cases = [
         (_argv(sft_folders, tiny_model_dir, tmp_path / "out", "--tokenizer_name_or_path", str(other)), "another"),
-        ([*_argv(sft_folders, tiny_model_dir, tmp_path / "out"), "--mds_streams", f"{tmp_path}/gone@1.0"],
+        (_argv(sft_folders, tiny_model_dir, tmp_path / "out", "--mds_streams", f"{tmp_path}/gone@1.0"),
          "is not a folder"),
     ]  # fmt: skip
     for argv, message in cases:

@@ -430,7 +430,7 @@ def test_configurable_task_metric_tables():
 def test_argparse_lists_its_actions():
     from transformers import HfArgumentParser
 
-    users = "core/recipe.py check_flags / _merge_repeated_lists"
+    users = "core/recipe.py _option_names / _list_flags (unknown, repeated and list flags)"
 
     @dataclass
     class Probe:
