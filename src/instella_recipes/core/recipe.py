@@ -84,8 +84,14 @@ def check_recipe_keys(
 
 
 def retired_keys(dataclass_types: Iterable[type]) -> dict[str, str]:
-    """The keys the dataclasses no longer take (their `retired_keys` attribute) -> what to write instead."""
-    return {key: hint for dc in dataclass_types for key, hint in getattr(dc, "retired_keys", {}).items()}
+    """The keys the dataclasses no longer take (the `retired_keys` attribute of each class in their MRO: a settings
+    class and its mixins each name their own) -> what to write instead."""
+    return {
+        key: hint
+        for dc in dataclass_types
+        for klass in dc.__mro__
+        for key, hint in vars(klass).get("retired_keys", {}).items()
+    }
 
 
 def _option_names(parser) -> set[str]:

@@ -19,6 +19,19 @@ def check_tokenizer_fits(config, tokenizer) -> None:
         )
 
 
+def readers(args) -> int:
+    """The processes that read different rows: the world size over the sequence-parallel size (the ranks of an SP
+    group read the same row; a stage without the SP feature: the world)."""
+    return args.world_size // getattr(args, "sequence_parallel_size", 1)
+
+
+def rows_per_step(args) -> int:
+    """The global batch in rows: the distinct rows (sequences, or GRPO's completions) of one optimizer step,
+    per_device_train_batch_size x gradient_accumulation_steps x `readers` (what a recipe's `global_batch_size`
+    states)."""
+    return args.per_device_train_batch_size * args.gradient_accumulation_steps * readers(args)
+
+
 def check_global_batch(global_batch_size: int, per_device: int, grad_accum: int, world_size: int) -> None:
     """The recipe states the published global batch; the launch must reproduce it exactly."""
     actual = per_device * grad_accum * world_size

@@ -1,5 +1,6 @@
-"""FSDP mixed precision as the authors ran it (OLMo `fsdp.precision: mixed`, `instella/config.py` `fsdp_precision`):
-parameters gathered and computed in bf16, gradients reduced across ranks in fp32.
+"""The fp32 gradient reduce (a training feature, `features/__init__.py`): FSDP mixed precision as the authors ran it
+(OLMo `fsdp.precision: mixed`, `instella/config.py` `fsdp_precision`): parameters gathered and computed in bf16,
+gradients reduced across ranks in fp32.
 
 accelerate's `mixed_precision: bf16` gives FSDP a policy that reduces in bf16, and neither its config file nor its
 environment variables can ask for another reduce dtype. `FSDPReduceDtypeMixin` replaces the policy on accelerate's
@@ -7,14 +8,42 @@ FSDP plugin with torch's public `MixedPrecisionPolicy` (FSDP2) / `MixedPrecision
 Accelerator exists and before `train()` wraps the model, so accelerate's own `fully_shard` call applies it.
 """
 
+from dataclasses import dataclass, field
+
 import torch
+
+from instella_recipes.core.checks import check_choice
+
+from ..settings import RUN
+from .feature import Feature
+
+REDUCE_DTYPES = ("float32", "bfloat16")
+
+
+@dataclass
+class FSDPReduceArguments:
+    """The recipe field of the fp32 reduce; a mixin of every training stage's settings class."""
+
+    fsdp_reduce_dtype: str | None = field(
+        default="float32",
+        metadata={"role": RUN, "help": "FSDP with bf16: gradient reduce dtype (authors: float32); null: bf16."},
+    )
+
+    def __post_init__(self):
+        if self.fsdp_reduce_dtype is not None:
+            check_choice("fsdp_reduce_dtype", self.fsdp_reduce_dtype, REDUCE_DTYPES)
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
 
 
 class FSDPReduceDtypeMixin:
-    """Mix into a `Trainer` (or TRL's trainers) before the trainer class. The subclass sets `self.fsdp_reduce_dtype`
-    (a torch dtype name, or None to keep accelerate's policy) before calling `Trainer.__init__`."""
+    """Mix into a `Trainer` (or TRL's trainers) before the trainer class: `fsdp_reduce_dtype=` a torch dtype name, or
+    None to keep accelerate's policy."""
 
-    fsdp_reduce_dtype: str | None = "float32"
+    def __init__(self, *args, fsdp_reduce_dtype: str | None = "float32", **kwargs):
+        self.fsdp_reduce_dtype = fsdp_reduce_dtype  # read by create_accelerator_and_postprocess inside __init__
+        super().__init__(*args, **kwargs)
 
     def create_accelerator_and_postprocess(self):
         super().create_accelerator_and_postprocess()
@@ -34,3 +63,11 @@ class FSDPReduceDtypeMixin:
             plugin.mixed_precision_policy = MixedPrecision(
                 param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype, buffer_dtype=torch.float32
             )
+
+
+FEATURE = Feature(
+    name="fp32_reduce",
+    settings=FSDPReduceArguments,
+    trainer_mixin=FSDPReduceDtypeMixin,
+    trainer_kwargs=lambda stage, data, model: {"fsdp_reduce_dtype": stage.args.fsdp_reduce_dtype},
+)

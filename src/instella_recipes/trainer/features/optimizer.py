@@ -1,4 +1,7 @@
-"""Instella's optimizer and LR schedule through the Trainer's extension points (works for Trainer and TRL trainers).
+"""Instella's optimizer and LR schedule (a training feature every stage carries, `features/__init__.py`), through the
+Trainer's extension points (works for Trainer and TRL trainers). Its settings are the library's own fields
+(`learning_rate`, `weight_decay`, `adam_beta1/2`, `adam_epsilon`, `max_grad_norm`, `lr_scheduler_type`,
+`lr_scheduler_kwargs`), so it adds no settings mixin.
 
 - Weight decay on **every** parameter, norms and embeddings included (the Trainer exempts norms and biases).
 - The OLMo schedule: linear warmup from `warmup_start_factor` (0.1) x peak to the peak, then cosine or linear decay
@@ -25,6 +28,8 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from instella_recipes.core import RecipeError
 from instella_recipes.core.checks import check_range
+
+from .feature import Feature
 
 OLMO_STEP_OFFSET = 1.0
 
@@ -87,10 +92,13 @@ def check_schedule_kwargs(kwargs: dict | None) -> None:
 
 
 class InstellaOptimMixin:
-    """Mix into a `Trainer` (or TRL's `SFTTrainer` / `DPOTrainer`) before the trainer class:
+    """Mix into a `Trainer` (or TRL's `SFTTrainer` / `DPOTrainer` / `GRPOTrainer`) before the trainer class:
     `class MyTrainer(InstellaOptimMixin, SFTTrainer): ...`."""
 
     def get_decay_parameter_names(self, model) -> list[str]:
+        """Every parameter decays, norms (`q_norm`, `k_norm`, `model.norm`) and embeddings included: OLMo's
+        `decay_norm_and_bias` as Instella set it, open-instruct's and VERL's `AdamW(model.parameters(),
+        weight_decay=...)` (VERL `fsdp_workers.py` L312-316); the Trainer would exempt norms and biases."""
         return [name for name, _ in model.named_parameters()]
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
@@ -111,3 +119,10 @@ class InstellaOptimMixin:
             self._created_lr_scheduler = True
             return self.lr_scheduler
         return super().create_scheduler(num_training_steps, optimizer)
+
+
+FEATURE = Feature(
+    name="optimizer",
+    trainer_mixin=InstellaOptimMixin,
+    check=lambda stage: check_schedule_kwargs(stage.args.lr_scheduler_kwargs),
+)
