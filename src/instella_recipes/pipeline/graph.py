@@ -43,7 +43,7 @@ import yaml
 
 from instella_recipes.core import RecipeError, did_you_mean
 from instella_recipes.core.paths import REPO_ROOT as ROOT
-from instella_recipes.core.recipe import load_yaml_text
+from instella_recipes.core.recipe_yaml import load_yaml_text
 from instella_recipes.core.variables import PLACEHOLDER, fill_placeholders
 
 NAME = re.compile(r"^[A-Za-z0-9_]+$")
