@@ -25,6 +25,7 @@ from trl import DPOConfig, DPOTrainer
 from instella_recipes.core import exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.core.checks import check_choice
 from instella_recipes.trainer.features import fp32_reduce, optimizer, settings_mixins, trainer_mixins
+from instella_recipes.trainer.settings import RUN
 from instella_recipes.trainer.stage import run_stage
 
 from .preference import SCORED_COLUMNS, DataCollatorForScoredPreference
@@ -51,6 +52,8 @@ class CheckedDPOConfig(PostTrainingSettings, *settings_mixins(FEATURES), DPOConf
     """DPO's settings: TRL's DPOConfig with the post-training fields, its numeric fields range-checked and `loss_type`
     checked at parse time: without it `beta -5` trains towards the rejected answers and an unknown loss fails only
     after the model and data load."""
+
+    library_roles = dict.fromkeys(("max_length", "beta", "loss_type"), RUN)  # DPOConfig's fields that define the run
 
     def __post_init__(self):
         check_truncation_mode(self.truncation_mode)

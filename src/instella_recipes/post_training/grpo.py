@@ -85,6 +85,14 @@ class CheckedGRPOConfig(PostTrainingInputs, *settings_mixins(FEATURES), GRPOConf
     `torch_num_threads`), its training features' fields, plus this stage's own: the prompt format, the reward
     functions and the two VERL settings TRL has no field for (`advantage_epsilon`, `kl_clamp`)."""
 
+    # GRPOConfig's fields that define the run
+    library_roles = dict.fromkeys(
+        ("beta", "loss_type", "num_generations", "temperature", "max_completion_length", "epsilon", "epsilon_high",
+         "delta", "scale_rewards", "top_p", "top_k", "num_iterations", "generation_batch_size",
+         "use_bias_correction_kl", "mask_truncated_completions", "vllm_importance_sampling_correction"),
+        RUN,
+    )  # fmt: skip
+
     prompt_column: str = field(default="problem", metadata={"role": DATA, "help": "Column with the problem text."})
     answer_column: str = field(
         default="answer", metadata={"role": DATA, "help": "Column with the reference answer (DeepMath: final_answer)."}

@@ -122,6 +122,11 @@ class PostTrainingSettings(PostTrainingInputs):
 class CheckedModelConfig(ModelConfig):
     """TRL's ModelConfig with the LoRA numbers checked."""
 
+    # ModelConfig's fields that define the run: the input model and the LoRA block
+    library_roles = dict.fromkeys(
+        ("model_name_or_path", "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"), RUN
+    )
+
     def __post_init__(self):
         check_range("lora_r", self.lora_r, 1, integer=True)
         check_range("lora_alpha", self.lora_alpha, 0, low_open=True)

@@ -68,6 +68,8 @@ class CheckedSFTConfig(PostTrainingSettings, *settings_mixins(FEATURES), SFTConf
     training features (`FEATURES`: the MDS fields, `mds_streams` being the authors' packed rows instead of `sources`;
     sequence parallelism; the optimizer state; `fsdp_reduce_dtype`; `loss_reduction`) and the row format."""
 
+    library_roles = dict.fromkeys(("max_length", "packing", "loss_type"), RUN)  # SFTConfig's run-defining fields
+
     row_format: str = field(
         default="instella",
         metadata={

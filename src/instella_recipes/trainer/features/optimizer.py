@@ -1,7 +1,7 @@
 """Instella's optimizer and LR schedule (a training feature every stage carries, `features/__init__.py`), through the
 Trainer's extension points (works for Trainer and TRL trainers). Its settings are the library's own fields
-(`learning_rate`, `weight_decay`, `adam_beta1/2`, `adam_epsilon`, `max_grad_norm`, `lr_scheduler_type`,
-`lr_scheduler_kwargs`), so it adds no settings mixin.
+(`learning_rate`, `weight_decay`, `adam_beta1/2`, `adam_epsilon`, `max_grad_norm`, `optim`, `lr_scheduler_type`,
+`lr_scheduler_kwargs`, `warmup_steps`); its settings mixin `OptimizerArguments` gives them their role (`run`).
 
 - Weight decay on **every** parameter, norms and embeddings included (the Trainer exempts norms and biases).
 - The OLMo schedule: linear warmup from `warmup_start_factor` (0.1) x peak to the peak, then cosine or linear decay
@@ -22,6 +22,7 @@ authors' and only the indexing is ours.
 """
 
 import math
+from dataclasses import dataclass
 from functools import partial
 
 from torch.optim.lr_scheduler import LambdaLR
@@ -29,6 +30,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from instella_recipes.core import RecipeError
 from instella_recipes.core.checks import check_range
 
+from ..settings import RUN
 from .feature import Feature
 
 OLMO_STEP_OFFSET = 1.0
@@ -91,6 +93,17 @@ def check_schedule_kwargs(kwargs: dict | None) -> None:
     check_range("lr_scheduler_kwargs.lr_step_offset", offset, 0, 1, hint="OLMo 1, lit_gpt 1 - 1/accumulation")
 
 
+@dataclass
+class OptimizerArguments:
+    """The optimizer's settings: the library's fields, each defining the run (`trainer/settings.py`)."""
+
+    library_roles = dict.fromkeys(
+        ("learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "weight_decay", "adam_beta1",
+         "adam_beta2", "adam_epsilon", "max_grad_norm", "optim"),
+        RUN,
+    )  # fmt: skip
+
+
 class InstellaOptimMixin:
     """Mix into a `Trainer` (or TRL's `SFTTrainer` / `DPOTrainer` / `GRPOTrainer`) before the trainer class:
     `class MyTrainer(InstellaOptimMixin, SFTTrainer): ...`."""
@@ -123,6 +136,7 @@ class InstellaOptimMixin:
 
 FEATURE = Feature(
     name="optimizer",
+    settings=OptimizerArguments,
     trainer_mixin=InstellaOptimMixin,
     check=lambda stage: check_schedule_kwargs(stage.args.lr_scheduler_kwargs),
 )
