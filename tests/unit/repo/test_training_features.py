@@ -84,10 +84,9 @@ def test_a_stage_that_lacks_a_required_feature_or_strays_from_its_tuple_is_named
         features = (*declared, optimizer.FEATURE)
         settings_class, trainer_class = LackingSettings, LackingTrainer
 
-    (problem,) = features.check_composition(HandStacked)
-    assert (
-        "HandStacked.trainer_class LackingTrainer carries ['SequenceParallelMixin', 'FSDPReduceDtypeMixin']" in problem
-    )
+    settings, trainer = features.check_composition(HandStacked)
+    assert "LackingSettings carries ['SequenceParallelArguments', 'FSDPReduceArguments']" in settings
+    assert "LackingTrainer carries ['SequenceParallelMixin', 'FSDPReduceDtypeMixin']" in trainer
 
 
 def test_class_names_are_unique_across_the_library():
