@@ -84,6 +84,8 @@ class PretrainTrainer(*trainer_mixins(FEATURES), Trainer):
 
     def __init__(self, *args, train_sampler=None, **kwargs):
         self.train_sampler = train_sampler
+        kwargs.setdefault("loss_reduction", "input_tokens")  # pretraining's default divisor (OLMo's), built by hand
+        kwargs.setdefault("every_token_labelled", True)
         super().__init__(*args, **kwargs)
         self.skipped_steps = 0
         if hasattr(train_sampler, "set_epoch"):
