@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from instella_recipes.trainer.optimizer_state import check_optimizer_state, load_optimizer_state
+from instella_recipes.trainer.features.optimizer_state import check_optimizer_state, load_optimizer_state
 from modeling_instella import InstellaForCausalLM
 from tests.conftest import tiny_config
 

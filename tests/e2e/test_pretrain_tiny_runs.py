@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from instella_recipes.trainer.optim import olmo_lr_factor
+from instella_recipes.trainer.features.optimizer import olmo_lr_factor
 from instella_recipes.training.pretrain import main
 from tests.helpers.pretrain_utils import pretrain_argv
 from tests.unit.training import test_pretrain_tiny as unit_half  # the fixture and helper both halves use

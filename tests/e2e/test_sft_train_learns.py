@@ -14,7 +14,7 @@ from instella_recipes.data.tokenizer import load_tokenizer
 from instella_recipes.post_training import sft
 from instella_recipes.post_training.template import install_chat_template
 from instella_recipes.post_training.tiny_eval import arithmetic_scores
-from instella_recipes.trainer.optim import olmo_lr_factor
+from instella_recipes.trainer.features.optimizer import olmo_lr_factor
 from tests.unit.post_training import test_sft_train as unit_half  # fixtures and helpers both halves use
 
 TINY_SFT = unit_half.TINY_SFT

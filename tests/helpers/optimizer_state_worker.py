@@ -9,7 +9,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 from torch.distributed.fsdp import fully_shard
 
-from instella_recipes.trainer.optimizer_state import save_optimizer_state
+from instella_recipes.trainer.features.optimizer_state import save_optimizer_state
 from modeling_instella import InstellaForCausalLM
 from tests.conftest import tiny_config
 

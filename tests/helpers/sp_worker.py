@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from instella_recipes.trainer import sequence_parallel as sp_module
-from instella_recipes.trainer.sequence_parallel import SequenceParallel
+from instella_recipes.trainer.features import sequence_parallel as sp_module
+from instella_recipes.trainer.features.sequence_parallel import SequenceParallel
 from modeling_instella import InstellaConfig, InstellaForCausalLM
 from tests.helpers.instella_long_oracle import authors_split
 

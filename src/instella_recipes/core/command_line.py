@@ -16,6 +16,7 @@ from pathlib import Path
 from .checks import check_numbers
 from .errors import RecipeError
 from .paths import RECIPES_DIR
+from .recipe_yaml import recipe_mapping
 
 RECIPE_SUFFIXES = (".yaml", ".yml")
 # The toy-scale recipe of the same stage (by the recipe's file name), for a GPU recipe started on a CPU machine.
@@ -90,9 +91,7 @@ def check_recipe_file(path: Path) -> None:
     """What is wrong with the recipe file by itself, seconds before torch and TRL load: not valid YAML, a duplicate
     key (`file:line`), not a mapping, a NaN or infinite number. (An unknown key needs the stage's dataclasses, so
     the full parser names it, after those imports.)"""
-    from .recipe import load_recipe_yaml  # here: core.recipe imports this module (its hints); both are yaml only
-
-    data, _ = load_recipe_yaml(path)
+    data, _ = recipe_mapping(path)  # the caller found the file (`check_command_line`)
     for key, value in data.items():
         try:
             check_numbers(value, key)

@@ -14,11 +14,10 @@ from collections.abc import Iterable
 from dataclasses import fields
 from pathlib import Path
 
-import yaml
-
 from .checks import check_numbers
 from .command_line import hardware_hint, missing_recipe_message, unused_arguments_message
 from .errors import RecipeError, did_you_mean
+from .recipe_yaml import recipe_mapping
 
 
 def config_path(args: list[str]) -> Path | None:
@@ -31,45 +30,11 @@ def config_path(args: list[str]) -> Path | None:
     return Path(args[index + 1])
 
 
-def check_duplicate_keys(node, path) -> None:
-    """A `RecipeError` naming `file:line` of the second occurrence of a key in any mapping of the YAML `node` tree
-    (and the line of the first): YAML loaders keep the last value silently."""
-    if isinstance(node, yaml.MappingNode):
-        seen: dict = {}
-        for key, value in node.value:
-            name = key.value if isinstance(key, yaml.ScalarNode) else None
-            if name is not None and name in seen:
-                raise RecipeError(
-                    f"{path}:{key.start_mark.line + 1}: duplicate key '{name}' (first at line {seen[name]}): keep one"
-                )
-            seen[name] = key.start_mark.line + 1
-            check_duplicate_keys(value, path)
-    elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            check_duplicate_keys(item, path)
-
-
-def load_yaml_text(text: str, path) -> tuple[object, object]:
-    """`(data, node)` of a YAML document: `safe_load`'s value and the composed node tree (for line numbers), with
-    duplicate keys refused (`check_duplicate_keys`). A syntax error is a `RecipeError` naming `path`."""
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise RecipeError(f"{path}: not valid YAML: {err}") from None
-    check_duplicate_keys(node, path)
-    return data, node
-
-
 def load_recipe_yaml(path: Path) -> tuple[dict, dict[str, int]]:
     """Read a recipe file; return its mapping and the line number of every top-level key."""
     if not path.is_file():
         raise RecipeError(missing_recipe_message(path))
-    data, node = load_yaml_text(path.read_text(), path)
-    if not isinstance(data, dict):
-        raise RecipeError(f"{path}: a recipe must be a YAML mapping of argument names to values")
-    lines = {key.value: key.start_mark.line + 1 for key, _ in node.value} if node is not None else {}
-    return data, lines
+    return recipe_mapping(path)
 
 
 def check_recipe_keys(
@@ -85,8 +50,14 @@ def check_recipe_keys(
 
 
 def retired_keys(dataclass_types: Iterable[type]) -> dict[str, str]:
-    """The keys the dataclasses no longer take (their `retired_keys` attribute) -> what to write instead."""
-    return {key: hint for dc in dataclass_types for key, hint in getattr(dc, "retired_keys", {}).items()}
+    """The keys the dataclasses no longer take (the `retired_keys` attribute of each class in their MRO: a settings
+    class and its mixins each name their own) -> what to write instead."""
+    return {
+        key: hint
+        for dc in dataclass_types
+        for klass in dc.__mro__
+        for key, hint in vars(klass).get("retired_keys", {}).items()
+    }
 
 
 def _option_names(parser) -> set[str]:

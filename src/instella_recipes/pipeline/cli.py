@@ -26,7 +26,7 @@ from instella_recipes.core import (
     setup_logging,
 )
 
-from .graph import Pipeline, Stage, load_pipeline
+from .graph import Pipeline, PipelineStage, load_pipeline
 from .runner import StageFailed, plan, run_pipeline, unchecked_inputs_note
 from .slurm import submit, wait_for_jobs
 
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _dry_run(pipeline: Pipeline, stages: list[Stage], force: bool) -> int:
+def _dry_run(pipeline: Pipeline, stages: list[PipelineStage], force: bool) -> int:
     """Each stage's status, whether it would run and why, and its command line; nothing runs."""
     steps = plan(pipeline, stages, force=force)
     for stage, status, why in steps:
@@ -107,7 +107,7 @@ def _dry_run(pipeline: Pipeline, stages: list[Stage], force: bool) -> int:
     return 0
 
 
-def _slurm(pipeline: Pipeline, only: list[Stage] | None, args: PipelineArguments) -> int:
+def _slurm(pipeline: Pipeline, only: list[PipelineStage] | None, args: PipelineArguments) -> int:
     """Submit the stages as dependent sbatch jobs (`pipeline.slurm`); with --wait, follow them."""
     jobs = submit(pipeline, only or pipeline.stages, args.set, args.slurm, args.force, args.dry_run)
     if args.dry_run:

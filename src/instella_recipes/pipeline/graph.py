@@ -43,7 +43,7 @@ import yaml
 
 from instella_recipes.core import RecipeError, did_you_mean
 from instella_recipes.core.paths import REPO_ROOT as ROOT
-from instella_recipes.core.recipe import load_yaml_text
+from instella_recipes.core.recipe_yaml import load_yaml_text
 from instella_recipes.core.variables import PLACEHOLDER, fill_placeholders
 
 NAME = re.compile(r"^[A-Za-z0-9_]+$")
@@ -94,7 +94,7 @@ class ResolvedStage:
 
 
 @dataclass
-class Stage:
+class PipelineStage:
     """One runnable stage (a matrix entry expands to several, sharing `group`)."""
 
     name: str
@@ -120,20 +120,20 @@ class Stage:
 class Pipeline:
     path: Path
     output_dir: Path
-    stages: list[Stage]  # in the order they run
+    stages: list[PipelineStage]  # in the order they run
     groups: dict[str, list[str]]  # YAML entry name -> stage names
     env: dict = field(default_factory=dict)
     vars: dict = field(default_factory=dict)
     description: str = ""
     overrides: dict = field(default_factory=dict)  # the `--set VAR=VALUE` given (already applied to `vars`)
 
-    def stage(self, name: str) -> Stage:
+    def stage(self, name: str) -> PipelineStage:
         for stage in self.stages:
             if stage.name == name:
                 return stage
         raise KeyError(name)
 
-    def select(self, name: str) -> list[Stage]:
+    def select(self, name: str) -> list[PipelineStage]:
         """The stages a `--stage NAME` means: one stage, or all stages of a matrix entry."""
         names = self.groups.get(name) or ([name] if any(s.name == name for s in self.stages) else [])
         if not names:
@@ -142,7 +142,7 @@ class Pipeline:
             raise RecipeError(f"{self.path}: no stage named '{name}' ({hint})")
         return [self.stage(n) for n in names]
 
-    def output_of(self, stage: Stage) -> Path:
+    def output_of(self, stage: PipelineStage) -> Path:
         return self.output_dir / stage.output
 
 
@@ -218,7 +218,7 @@ def _check_stage_entry(entry, path: Path, line, key_lines: dict, groups: dict) -
     return group
 
 
-def _expand_stage(entry: dict, group: str, where: str, slurm: dict) -> list[Stage]:
+def _expand_stage(entry: dict, group: str, where: str, slurm: dict) -> list[PipelineStage]:
     """One Stage per matrix combination of a checked entry (one Stage without a matrix)."""
     stages = []
     for values in _expand_matrix(entry, where):
@@ -226,7 +226,7 @@ def _expand_stage(entry: dict, group: str, where: str, slurm: dict) -> list[Stag
         if not NAME.match(name):
             raise RecipeError(f"{where}: matrix values must be letters, digits or _ (stage name '{name}')")
         stages.append(
-            Stage(
+            PipelineStage(
                 name=name,
                 group=group,
                 command=str(entry["command"]),
@@ -262,7 +262,7 @@ def _resolve_stages(pipeline: Pipeline) -> None:
         stage.resolved = resolve_stage(pipeline, stage)
 
 
-def resolve_stage(pipeline: Pipeline, stage: Stage) -> ResolvedStage:
+def resolve_stage(pipeline: Pipeline, stage: PipelineStage) -> ResolvedStage:
     """The stage's command line, environment, merged recipe and paths (placeholders filled, files found). Called
     once per stage by `load_pipeline`; read `stage.resolved` instead of calling it again."""
     values = placeholder_values(pipeline, stage)
@@ -347,7 +347,7 @@ def _resolve_inputs(pipeline: Pipeline, entry_names: set[str]) -> None:
         stage.inputs = resolved
 
 
-def _topological(pipeline: Pipeline) -> list[Stage]:
+def _topological(pipeline: Pipeline) -> list[PipelineStage]:
     """Kahn's algorithm, keeping the YAML order among stages that are ready at the same time."""
     remaining = {s.name: set(s.inputs) for s in pipeline.stages}
     order = []
@@ -364,7 +364,7 @@ def _topological(pipeline: Pipeline) -> list[Stage]:
     return order
 
 
-def _values_without_outputs(pipeline: Pipeline, stage: Stage) -> dict:
+def _values_without_outputs(pipeline: Pipeline, stage: PipelineStage) -> dict:
     """What a stage's `output` may refer to: `vars`, its matrix values, `{run}` and `{root}` (not other folders)."""
     values = {str(k): v for k, v in pipeline.vars.items()}
     values.update({str(k): v for k, v in stage.values.items()})
@@ -373,7 +373,7 @@ def _values_without_outputs(pipeline: Pipeline, stage: Stage) -> dict:
     return values
 
 
-def placeholder_values(pipeline: Pipeline, stage: Stage) -> dict:
+def placeholder_values(pipeline: Pipeline, stage: PipelineStage) -> dict:
     """Every value a `{name}` in this stage may refer to (lists for matrix names); the stages' outputs resolved."""
     values = {str(k): v for k, v in pipeline.vars.items()}
     for other in pipeline.stages:
@@ -385,7 +385,7 @@ def placeholder_values(pipeline: Pipeline, stage: Stage) -> dict:
     return values
 
 
-def substitute(values: dict, stage: Stage, text, what: str) -> str | list[str] | None:
+def substitute(values: dict, stage: PipelineStage, text, what: str) -> str | list[str] | None:
     """Fill `{placeholders}` from `values` (`placeholder_values`); a value that is exactly one matrix placeholder
     becomes a list of folders, exactly one var set to null becomes None (the argument is left out)."""
     if not isinstance(text, str):
@@ -404,7 +404,7 @@ def substitute(values: dict, stage: Stage, text, what: str) -> str | list[str] |
     return fill_placeholders(text, values, where, otherwise="add it to `vars`")
 
 
-def _existing(path: str, stage: Stage, what: str) -> str:
+def _existing(path: str, stage: PipelineStage, what: str) -> str:
     """A script/recipe path as given if it exists from the working directory, else from the repository root."""
     if Path(path).exists():
         return path
@@ -419,7 +419,7 @@ def _program(name: str) -> str:
     return str(beside) if beside.exists() else name
 
 
-def _arguments(values: dict, stage: Stage) -> list[str]:
+def _arguments(values: dict, stage: PipelineStage) -> list[str]:
     """The stage's `args` as command-line words (`--key value`, or the list as given), placeholders filled."""
     if isinstance(stage.args, list):
         out = []
@@ -449,7 +449,7 @@ def _arguments(values: dict, stage: Stage) -> list[str]:
     return out
 
 
-def _command(stage: Stage, accelerate_config: Path | None, recipe: Path | None) -> list[str]:
+def _command(stage: PipelineStage, accelerate_config: Path | None, recipe: Path | None) -> list[str]:
     """The argv before the stage's args: entry point (through accelerate when asked), then `--config recipe`."""
     words = shlex.split(stage.command)
     if words[0].endswith(".py"):
@@ -474,7 +474,7 @@ def _merge(base, override):
     return override
 
 
-def _fill(values: dict, stage: Stage, value, what: str):
+def _fill(values: dict, stage: PipelineStage, value, what: str):
     if isinstance(value, dict):
         return {k: _fill(values, stage, v, f"{what}.{k}") for k, v in value.items()}
     if isinstance(value, list):
@@ -485,7 +485,7 @@ def _fill(values: dict, stage: Stage, value, what: str):
     return value
 
 
-def render_recipe(pipeline: Pipeline, stage: Stage, values: dict | None = None) -> str | None:
+def render_recipe(pipeline: Pipeline, stage: PipelineStage, values: dict | None = None) -> str | None:
     """The recipe text a stage runs with `recipe_overrides` merged in (mappings merged key by key, anything else
     replaced; placeholders filled). Its first comment line (hardware, batch) is kept and the origin stated.
     `load_pipeline` calls it once per stage (`stage.resolved.recipe_text`)."""

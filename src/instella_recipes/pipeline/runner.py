@@ -52,7 +52,7 @@ from instella_recipes.core import (
     write_manifest,
 )
 
-from .graph import ROOT, Pipeline, Stage
+from .graph import ROOT, Pipeline, PipelineStage
 
 
 class StageFailed(RuntimeError):
@@ -71,19 +71,19 @@ STOP_GRACE_S = 30.0  # seconds a stopped stage gets to save a consistent state b
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
-def read_record(stage: Stage) -> dict | None:
+def read_record(stage: PipelineStage) -> dict | None:
     """The stage's run record (`stage.resolved.record`), or None before its first run."""
     path = stage.resolved.record
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _write_record(stage: Stage, record: dict) -> None:
+def _write_record(stage: PipelineStage, record: dict) -> None:
     path = stage.resolved.record
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(record, indent=2) + "\n")
 
 
-def fingerprint(pipeline: Pipeline, stage: Stage) -> str | None:
+def fingerprint(pipeline: Pipeline, stage: PipelineStage) -> str | None:
     """The stage's identity: command, recipe digest, resolved args, env and the digests of its inputs' manifests.
     None while an input is not complete yet."""
     inputs = {}
@@ -110,13 +110,13 @@ def fingerprint(pipeline: Pipeline, stage: Stage) -> str | None:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
-def stage_status(pipeline: Pipeline, stage: Stage) -> str:
+def stage_status(pipeline: Pipeline, stage: PipelineStage) -> str:
     """'complete', 'partial' (interrupted run of this same identity: resumable), 'stale' (made by something else or
     another recipe/input), 'missing', or 'waiting' (an input is not complete)."""
     return status_for(stage, fingerprint(pipeline, stage))
 
 
-def status_for(stage: Stage, current: str | None) -> str:
+def status_for(stage: PipelineStage, current: str | None) -> str:
     """`stage_status` given the stage's `fingerprint` (which hashes the recipe and every input manifest), for a
     caller that needs the fingerprint too."""
     output = stage.resolved.output
@@ -133,7 +133,7 @@ def status_for(stage: Stage, current: str | None) -> str:
     return "partial" if same else "stale"
 
 
-def _child_env(stage: Stage) -> dict:
+def _child_env(stage: PipelineStage) -> dict:
     env = {**os.environ, **stage.resolved.env, "PYTHONUNBUFFERED": "1"}
     # The children import `instella_recipes` / `modeling_instella` from the same checkout as this process.
     paths = (str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", ""))
@@ -290,7 +290,7 @@ def _stop_stage(proc: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:
 
 
 @contextlib.contextmanager
-def stage_lock(stage: Stage):
+def stage_lock(stage: PipelineStage):
     """Hold `<stage folder>.lock` (fcntl.flock) while the stage runs; yield its fd (passed on to the stage process).
     A folder another run holds is a `RecipeError` naming that run's pid and host, before anything is touched. The
     file is removed when the stage is over (a finished run leaves no lock files); a lock won on a file that another
@@ -366,7 +366,7 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False, launcher=None) -> dict:
+def run_stage(pipeline: Pipeline, stage: PipelineStage, bar=None, verbose: bool = False, launcher=None) -> dict:
     """Run one stage whose inputs are complete; return its run record or raise `StageFailed`. `launcher(argv)`
     (the executor seam) may wrap the command, e.g. in `srun` inside a Slurm job (pipeline/slurm.py). The stage
     folder is locked for the whole run (a `RecipeError` when another run holds it)."""
@@ -376,7 +376,7 @@ def run_stage(pipeline: Pipeline, stage: Stage, bar=None, verbose: bool = False,
         return _run_locked(pipeline, stage, lock_fd, bar, verbose, launcher)
 
 
-def _run_locked(pipeline: Pipeline, stage: Stage, lock_fd: int, bar, verbose: bool, launcher) -> dict:
+def _run_locked(pipeline: Pipeline, stage: PipelineStage, lock_fd: int, bar, verbose: bool, launcher) -> dict:
     resolved = stage.resolved
     current = fingerprint(pipeline, stage)  # once, under the lock: the status and the record both use it
     output, status = resolved.output, status_for(stage, current)
@@ -457,8 +457,8 @@ def _run_locked(pipeline: Pipeline, stage: Stage, lock_fd: int, bar, verbose: bo
 
 
 def plan(
-    pipeline: Pipeline, stages: list[Stage], force: bool = False, in_flight: Iterable[str] = ()
-) -> list[tuple[Stage, str, str | None]]:
+    pipeline: Pipeline, stages: list[PipelineStage], force: bool = False, in_flight: Iterable[str] = ()
+) -> list[tuple[PipelineStage, str, str | None]]:
     """What `run_pipeline(pipeline, stages, force)` (or the Slurm executor's `submit`) will do, decided before
     anything runs: (stage, its status now, why it will run, or None when it will be skipped). A stage that is
     complete now still runs again when one of its inputs runs: the input's new run changes the stage's identity,
@@ -492,7 +492,7 @@ REASONS = {
 }
 
 
-def unchecked_inputs_note(pipeline: Pipeline, stage: Stage) -> str | None:
+def unchecked_inputs_note(pipeline: Pipeline, stage: PipelineStage) -> str | None:
     """For a stage whose command is not one of our entry points (`lm_eval`, ...): a comment line saying that the
     command itself reads its input folders without checking them against their manifests (our entry points do, and
     `run_stage` does before it starts the stage), and the command that checks them by hand; None for our scripts."""
@@ -506,7 +506,7 @@ def unchecked_inputs_note(pipeline: Pipeline, stage: Stage) -> str | None:
     )
 
 
-def check_inputs(pipeline: Pipeline, stages: list[Stage]) -> None:
+def check_inputs(pipeline: Pipeline, stages: list[PipelineStage]) -> None:
     """Before `--stage X`: every input outside the selection must be complete, or a clear error says what to run."""
     chosen = {s.name for s in stages}
     for stage in stages:
@@ -523,7 +523,7 @@ def check_inputs(pipeline: Pipeline, stages: list[Stage]) -> None:
 
 
 def run_pipeline(
-    pipeline: Pipeline, only: list[Stage] | None = None, force: bool = False, verbose: bool = False
+    pipeline: Pipeline, only: list[PipelineStage] | None = None, force: bool = False, verbose: bool = False
 ) -> list[dict]:
     """Run `only` (default: every stage) in order, skipping complete ones unless `force`. Returns one summary row
     per stage: name, 'ran' or 'skipped', wall seconds (of the run that made the output)."""
@@ -542,7 +542,7 @@ def run_pipeline(
     return summary
 
 
-def _run_stages(pipeline: Pipeline, stages: list[Stage], force: bool, bar, say, summary: list) -> None:
+def _run_stages(pipeline: Pipeline, stages: list[PipelineStage], force: bool, bar, say, summary: list) -> None:
     verbose = bar is None
     with stop_on_signals():
         for index, stage in enumerate(stages, 1):

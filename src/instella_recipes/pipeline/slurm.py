@@ -47,7 +47,7 @@ from instella_recipes.core.paths import REPO_ROOT as ROOT
 from instella_recipes.core.variables import split_assignment
 from instella_recipes.evaluation.preflight import stage_gpus
 
-from .graph import SLURM_KEYS, Pipeline, Stage, load_pipeline
+from .graph import SLURM_KEYS, Pipeline, PipelineStage, load_pipeline
 from .runner import StageFailed, check_inputs, plan, read_record, run_stage, stage_status
 
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
@@ -56,7 +56,7 @@ DEFAULTS = {"nodes": 1, "ntasks_per_node": 1, "cpus_per_task": 1}
 FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 
 
-def asked_cpus(stage: Stage) -> dict:
+def asked_cpus(stage: PipelineStage) -> dict:
     """`{"cpus_per_task": n}` when the stage's own settings ask for n worker processes (`num_proc` in its args, else
     in its recipe, as the prepare stages do), else {}: a stage is given the CPUs its recipe uses by default."""
     args = stage.resolved.args if stage.resolved is not None else []
@@ -77,7 +77,7 @@ def asked_cpus(stage: Stage) -> dict:
     return {"cpus_per_task": cpus} if cpus > 0 else {}
 
 
-def resources(pipeline: Pipeline, stage: Stage, overrides: list[str]) -> dict:
+def resources(pipeline: Pipeline, stage: PipelineStage, overrides: list[str]) -> dict:
     """The stage's Slurm resources: defaults < the CPUs its recipe asks for (`asked_cpus`) < the YAML (top-level
     `slurm:`, then the stage's) < `--slurm` flags (`key=value` for every stage, `stage.key=value` or
     `group.key=value` for one)."""
@@ -113,7 +113,7 @@ def resources(pipeline: Pipeline, stage: Stage, overrides: list[str]) -> dict:
     return out
 
 
-def _directives(pipeline: Pipeline, stage: Stage, res: dict, dependencies: list[str]) -> list[str]:
+def _directives(pipeline: Pipeline, stage: PipelineStage, res: dict, dependencies: list[str]) -> list[str]:
     name = f"{pipeline.output_dir.name}:{stage.name}"
     lines = [
         f"--job-name={name}",
@@ -135,7 +135,9 @@ def _directives(pipeline: Pipeline, stage: Stage, res: dict, dependencies: list[
     return lines + (shlex.split(extra) if isinstance(extra, str) else [str(a) for a in extra])
 
 
-def job_argv(pipeline: Pipeline, stage: Stage, variables: list[str], slurm: list[str], force: bool) -> list[str]:
+def job_argv(
+    pipeline: Pipeline, stage: PipelineStage, variables: list[str], slurm: list[str], force: bool
+) -> list[str]:
     # The paths as given, run from the same folder (the batch script cds there): the stage identity (its rendered
     # recipe names the pipeline file) is then the same inside the job as in this process.
     argv = [sys.executable, "-m", "instella_recipes.pipeline.slurm", "job", "--config", str(pipeline.path)]
@@ -145,7 +147,7 @@ def job_argv(pipeline: Pipeline, stage: Stage, variables: list[str], slurm: list
     return argv + (["--force"] if force else [])
 
 
-def batch_script(pipeline: Pipeline, stage: Stage, res: dict, dependencies: list[str], job: list[str]) -> str:
+def batch_script(pipeline: Pipeline, stage: PipelineStage, res: dict, dependencies: list[str], job: list[str]) -> str:
     """The sbatch script of one stage (what `--dry_run` prints)."""
     manifest = (stage.resolved.output / MANIFEST).resolve()
     head = "\n".join(f"#SBATCH {line}" for line in _directives(pipeline, stage, res, dependencies))
@@ -199,7 +201,7 @@ def job_states(job_ids: list[str]) -> dict[str, tuple[str, str]]:
     return states
 
 
-def _read_job(stage: Stage) -> dict | None:
+def _read_job(stage: PipelineStage) -> dict | None:
     path = stage.resolved.job_record
     return json.loads(path.read_text()) if path.is_file() else None
 

@@ -11,7 +11,10 @@ reference log-probabilities averaged over the scored tokens instead of summed, t
 TRL 1.16's `loss_type: sigmoid_norm`: it divides each summed log-ratio by its mask's token count before
 `-logsigmoid(beta * (chosen - rejected))`; the recipe accepts `dpo_norm` as a name for it. (TRL's logged `rewards/*`
 stay beta x the *summed* log-ratios.) `precompute_ref_log_probs: true` computes the reference log-probs once before
-training (no reference model in memory during training). What SFT shares is in `run.py`.
+training (no reference model in memory during training). What SFT shares is in `run.py`. DPO's training features
+(`FEATURES`): Instella's optimizer and the fp32 gradient reduce, which every training stage carries; not sequence
+parallelism, MDS streaming, optimizer-state continuation or the loss reduction (the authors' DPO has none of them, and
+TRL's DPO loss is a mean over pairs, not a token sum to divide).
 """
 
 import re
@@ -21,13 +24,16 @@ from trl import DPOConfig, DPOTrainer
 
 from instella_recipes.core import exit_on_recipe_error, parse_recipe, setup_logging
 from instella_recipes.core.checks import check_choice
-from instella_recipes.trainer.optim import InstellaOptimMixin
+from instella_recipes.trainer.features import fp32_reduce, optimizer, settings_mixins, trainer_mixins
+from instella_recipes.trainer.settings import RUN
 from instella_recipes.trainer.stage import run_stage
 
 from .preference import SCORED_COLUMNS, DataCollatorForScoredPreference
 from .run import CheckedModelConfig, PostTrainingSettings, PostTrainingStage
 from .tokenization import check_truncation_mode, prepare_dpo_dataset
 
+# DPO's training features, in order; `CheckedDPOConfig`, `InstellaDPOTrainer` and `DPOStage` derive from this tuple.
+FEATURES = (fp32_reduce.FEATURE, optimizer.FEATURE)
 # Our recipe names for TRL's losses (SPEC: Instella's DPO is `dpo_norm`).
 LOSS_ALIASES = {"dpo_norm": "sigmoid_norm", "dpo": "sigmoid"}
 
@@ -42,10 +48,12 @@ def dpo_loss_types() -> list[str] | None:
 
 
 @dataclass
-class CheckedDPOConfig(PostTrainingSettings, DPOConfig):
+class CheckedDPOConfig(PostTrainingSettings, *settings_mixins(FEATURES), DPOConfig):
     """DPO's settings: TRL's DPOConfig with the post-training fields, its numeric fields range-checked and `loss_type`
     checked at parse time: without it `beta -5` trains towards the rejected answers and an unknown loss fails only
     after the model and data load."""
+
+    library_roles = dict.fromkeys(("max_length", "beta", "loss_type"), RUN)  # DPOConfig's fields that define the run
 
     def __post_init__(self):
         check_truncation_mode(self.truncation_mode)
@@ -55,9 +63,10 @@ class CheckedDPOConfig(PostTrainingSettings, DPOConfig):
         super().__post_init__()
 
 
-class InstellaDPOTrainer(InstellaOptimMixin, DPOTrainer):
-    """DPOTrainer with Instella's optimizer settings (weight decay applies to all parameters when set), fed rows from
-    `prepare_dpo_dataset` (whole conversations + score masks) through `DataCollatorForScoredPreference`."""
+class InstellaDPOTrainer(*trainer_mixins(FEATURES), DPOTrainer):
+    """DPOTrainer with DPO's training features (weight decay applies to all parameters when set; the fp32 reduce under
+    FSDP + bf16), fed rows from `prepare_dpo_dataset` (whole conversations + score masks) through
+    `DataCollatorForScoredPreference`."""
 
     def __init__(self, *args, data_collator=None, **kwargs):
         if data_collator is None:
@@ -89,6 +98,8 @@ class DPOStage(PostTrainingStage):
     """DPO in the training lifecycle: whole conversations scored turn by turn, `InstellaDPOTrainer`."""
 
     name = "dpo"
+    features = FEATURES
+    settings_class = CheckedDPOConfig
     trainer_class = InstellaDPOTrainer
     mixture_kwargs = {"default_converter": "preference"}
 

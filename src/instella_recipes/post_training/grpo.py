@@ -47,7 +47,8 @@ from instella_recipes.data.sources import PRETRAINING_ONLY, SourceSpec, load_row
 # `final_answer_reward` stays importable here: recipes name it by its old dotted path (rewards/ is its home)
 from instella_recipes.rewards import final_answer_reward, ground_truth_problem, load_reward_funcs  # noqa: F401
 from instella_recipes.trainer.checks import check_fits_positions
-from instella_recipes.trainer.settings import DATA, LAUNCH, RUN, StageSettings
+from instella_recipes.trainer.features import fp32_reduce, optimizer, settings_mixins, trainer_mixins
+from instella_recipes.trainer.settings import DATA, LAUNCH, RUN
 from instella_recipes.trainer.stage import Stage, run_stage
 
 from .dynamic_batching import DynamicBatchingSettings, DynamicMicroBatching
@@ -55,7 +56,7 @@ from .grpo_signal import RewardSignal
 from .run import (
     CheckedModelConfig,
     PostTrainingData,
-    _parse_source,
+    PostTrainingInputs,
     check_launch,
     check_model_path,
     load_model,
@@ -71,22 +72,31 @@ PROMPT_SUFFIX = "Let's think step by step and output the final answer within \\b
 # The reward grader of issue 33 (the authors' Prime-RL `compute_score`); any dotted path can replace it.
 DEFAULT_REWARD = "instella_recipes.rewards.reward"
 GROUND_TRUTH = "ground_truth"
+# GRPO's training features, in order (`trainer/features/`): Instella's optimizer, i.e. AdamW decay on every parameter
+# as VERL's FSDP worker (`fsdp_workers.py` L312-316: `AdamW(actor_module.parameters(), weight_decay=...)`, norms
+# included; betas, epsilon and clipping are the recipe's, as VERL's actor.optim), and the fp32 gradient reduce.
+# `CheckedGRPOConfig`, `InstellaGRPOTrainer` and `GRPOStage` derive from this tuple.
+FEATURES = (fp32_reduce.FEATURE, optimizer.FEATURE)
 
 
 @dataclass
-class CheckedGRPOConfig(DynamicBatchingSettings, StageSettings, GRPOConfig):
+class CheckedGRPOConfig(DynamicBatchingSettings, PostTrainingInputs, *settings_mixins(FEATURES), GRPOConfig):
     """The GRPO stage's settings: TRL's GRPOConfig (its own names for everything TRL has: `num_generations`,
-    `max_completion_length`, `beta`, `epsilon`, `epsilon_high`, `delta`, `loss_type`, ...) plus this stage's fields:
-    the data, the prompt format, the reward functions and the VERL settings TRL has no field for
-    (`advantage_epsilon`, `kl_clamp`; `use_dynamic_bsz`, `ppo_max_token_len_per_gpu`: `DynamicBatchingSettings`)."""
+    `max_completion_length`, `beta`, `epsilon`, `epsilon_high`, `delta`, `loss_type`, ...), the post-training fields
+    every post-training stage shares (`PostTrainingInputs`: `sources` (prompt sets), `tokenizer_name_or_path`,
+    `chat_template_path`, `global_batch_size` (completions), `max_samples` (prompts), `max_skip_fraction`,
+    `torch_num_threads`), its training features' fields, plus this stage's own: the prompt format, the reward
+    functions and the VERL settings TRL has no field for (`advantage_epsilon`, `kl_clamp`; `use_dynamic_bsz`,
+    `ppo_max_token_len_per_gpu`: `DynamicBatchingSettings`)."""
 
-    sources: list[str] = field(
-        default_factory=list,
-        metadata={
-            "role": DATA,
-            "help": "Prompt sets: YAML mappings {path, split, config_name, max_samples} or paths.",
-        },
-    )
+    # GRPOConfig's fields that define the run
+    library_roles = dict.fromkeys(
+        ("beta", "loss_type", "num_generations", "temperature", "max_completion_length", "epsilon", "epsilon_high",
+         "delta", "scale_rewards", "top_p", "top_k", "num_iterations", "generation_batch_size",
+         "use_bias_correction_kl", "mask_truncated_completions", "vllm_importance_sampling_correction"),
+        RUN,
+    )  # fmt: skip
+
     prompt_column: str = field(default="problem", metadata={"role": DATA, "help": "Column with the problem text."})
     answer_column: str = field(
         default="answer", metadata={"role": DATA, "help": "Column with the reference answer (DeepMath: final_answer)."}
@@ -110,18 +120,8 @@ class CheckedGRPOConfig(DynamicBatchingSettings, StageSettings, GRPOConfig):
         default=10.0,
         metadata={"role": RUN, "help": "k3 KL clamped to [-this, this] as VERL's low_var_kl; null: TRL's unclamped."},
     )
-    tokenizer_name_or_path: str | None = field(
-        default=None, metadata={"role": RUN, "help": "Default: the input model's folder."}
-    )
-    template_path: str | None = field(
-        default=None, metadata={"role": RUN, "help": "Chat template file; default: Instella's."}
-    )
-    global_batch_size: int | None = field(
-        default=None, metadata={"role": RUN, "help": "Completions per optimizer update; checked against the launch."}
-    )
-    max_samples: int | None = field(
-        default=None, metadata={"role": RUN, "help": "Use only the first N prompts (smoke runs)."}
-    )
+    # PostTrainingInputs' field with GRPO's default: prompts over max_prompt_length are dropped by design (VERL's
+    # filter_overlong_prompts), so far more may go than the chat stages' 1% of unusable rows.
     max_skip_fraction: float = field(
         default=0.5, metadata={"role": LAUNCH, "help": "Error if more prompts than this are dropped."}
     )
@@ -129,18 +129,11 @@ class CheckedGRPOConfig(DynamicBatchingSettings, StageSettings, GRPOConfig):
         default=False,
         metadata={"role": LAUNCH, "help": "Finish even when no step had a learning signal (grpo_signal.py)."},
     )
-    torch_num_threads: int | None = field(
-        default=None, metadata={"role": LAUNCH, "help": "CPU runs: intra-op threads."}
-    )
 
     def __post_init__(self):
         check_range("max_prompt_length", self.max_prompt_length, 1, integer=True, allow_none=True)
         check_range("advantage_epsilon", self.advantage_epsilon, 0, low_open=True, allow_none=True)
         check_range("kl_clamp", self.kl_clamp, 0, low_open=True, allow_none=True)
-        check_range("global_batch_size", self.global_batch_size, 1, integer=True, allow_none=True)
-        check_range("max_samples", self.max_samples, 1, integer=True, allow_none=True)
-        check_range("max_skip_fraction", self.max_skip_fraction, 0, 1)
-        check_range("torch_num_threads", self.torch_num_threads, 1, integer=True, allow_none=True)
         check_sampling(self)
         if not self.reward_funcs:
             raise RecipeError("reward_funcs is empty: name at least one reward function (a dotted import path)")
@@ -157,9 +150,6 @@ class CheckedGRPOConfig(DynamicBatchingSettings, StageSettings, GRPOConfig):
         if self.advantage_epsilon is not None:
             check_choice("scale_rewards (with advantage_epsilon)", str(self.scale_rewards), ("group", "True"))
             check_choice("multi_objective_aggregation", self.multi_objective_aggregation, ("sum_then_normalize",))
-        if self.torch_num_threads:  # tiny models: thread sync costs more than a second core gains
-            torch.set_num_threads(self.torch_num_threads)
-        self.sources = [_parse_source(s) for s in self.sources]
         super().__post_init__()
 
 
@@ -183,10 +173,11 @@ def clamped_k3(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor,
     return torch.clamp(torch.exp(log_ratio) - log_ratio - 1, min=-clamp, max=clamp)
 
 
-class InstellaGRPOTrainer(DynamicMicroBatching, GRPOTrainer):
-    """GRPOTrainer with VERL's advantage epsilon and clamped KL (module docstring), VERL's dynamic micro-batches
-    (`DynamicMicroBatching`, `use_dynamic_bsz`) and, with a vLLM newer than TRL's tested range in colocate mode,
-    weight syncs through vLLM's reload (`ReloadingVLLMGeneration`); everything else is TRL's."""
+class InstellaGRPOTrainer(DynamicMicroBatching, *trainer_mixins(FEATURES), GRPOTrainer):
+    """GRPOTrainer with GRPO's training features (`FEATURES`: VERL's AdamW decay on every parameter, the fp32
+    reduce), VERL's advantage epsilon and clamped KL (module docstring), VERL's dynamic micro-batches
+    (`DynamicMicroBatching`, `use_dynamic_bsz`) and, with a vLLM newer than TRL's tested range
+    in colocate mode, weight syncs through vLLM's reload (`ReloadingVLLMGeneration`); everything else is TRL's."""
 
     def __init__(self, *args, advantage_epsilon: float | None = 1e-6, kl_clamp: float | None = 10.0, **kwargs):
         self.advantage_epsilon = advantage_epsilon
@@ -386,6 +377,9 @@ class GRPOStage(Stage):
     report."""
 
     name = "grpo"
+    features = FEATURES
+    settings_class = CheckedGRPOConfig
+    trainer_class = InstellaGRPOTrainer
 
     def check(self) -> None:
         check_model_path(self.model_args)
@@ -423,6 +417,7 @@ class GRPOStage(Stage):
             callbacks=callbacks or None,
             advantage_epsilon=self.args.advantage_epsilon,
             kl_clamp=self.args.kl_clamp,
+            **self.feature_kwargs(data, model),
         )
 
     def after_train(self, trainer) -> None:

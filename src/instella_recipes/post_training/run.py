@@ -1,7 +1,8 @@
-"""What SFT (`sft.py`) and DPO (`dpo.py`) share: the recipe fields beyond TRL's configs (`PostTrainingSettings`, mixed
-into `CheckedSFTConfig` / `CheckedDPOConfig`), TRL's `ModelConfig` with its LoRA numbers checked, and
-`PostTrainingStage`: the hooks of the training lifecycle (`trainer/stage.py`) that both stages fill the same way
-(the input model and tokenizer, the checked mixture, the TRL trainer, the LoRA merge and data report beside the model).
+"""What the post-training stages share: the recipe fields beyond TRL's configs (`PostTrainingInputs`, every
+post-training stage's: SFT, DPO and GRPO; `PostTrainingSettings`, those of the chat-data stages SFT and DPO, mixed into
+`CheckedSFTConfig` / `CheckedDPOConfig`), TRL's `ModelConfig` with its LoRA numbers checked, and `PostTrainingStage`:
+the hooks of the training lifecycle (`trainer/stage.py`) that both stages fill the same way (the input model and
+tokenizer, the checked mixture, the TRL trainer, the LoRA merge and data report beside the model).
 """
 
 import json
@@ -17,8 +18,7 @@ from trl import ModelConfig, get_peft_config
 import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
 from instella_recipes.core import RecipeError, check_range, check_training_length, get_logger, read_manifest
 from instella_recipes.data.tokenizer import load_tokenizer
-from instella_recipes.trainer.checks import check_global_batch, check_tokenizer_fits
-from instella_recipes.trainer.optim import check_schedule_kwargs
+from instella_recipes.trainer.checks import check_global_batch, check_tokenizer_fits, readers, rows_per_step
 from instella_recipes.trainer.settings import DATA, LAUNCH, RUN, StageSettings
 from instella_recipes.trainer.stage import Stage
 from instella_recipes.weights import check_model_folder, check_tokenizer_folder, load_pretrained
@@ -34,30 +34,67 @@ INSTELLA_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up
 logger = get_logger(__name__)
 
 
+# The keys the post-training fields replaced, and what to write instead (core.recipe names them).
+RETIRED_KEYS = {"template_path": "the chat template file is chat_template_path (TRL's SFTConfig name) in every stage"}
+CHAT_TEMPLATE_FILES = (".jinja", ".j2")
+
+
 @dataclass
-class PostTrainingSettings(StageSettings):
-    """Recipe fields of both post-training stages, mixed in before TRL's SFTConfig/DPOConfig (`ModelConfig` holds the
-    input model and the LoRA block: `use_peft`, `lora_r`, `lora_alpha`, `lora_dropout`, `lora_target_modules`)."""
+class PostTrainingInputs(StageSettings):
+    """Recipe fields of every post-training stage (SFT, DPO, GRPO), mixed in before TRL's config (`ModelConfig` holds
+    the input model and the LoRA block: `use_peft`, `lora_r`, `lora_alpha`, `lora_dropout`, `lora_target_modules`)."""
+
+    retired_keys = RETIRED_KEYS
 
     # Typed as strings so the command line can give them too (`--sources '{path: a.jsonl, repeat: 2}' b.jsonl`);
     # YAML mappings from the recipe file arrive as dicts and are kept.
     sources: list[str] = field(
-        default_factory=list, metadata={"role": DATA, "help": "Data sources: YAML mappings or paths."}
+        default_factory=list,
+        metadata={"role": DATA, "help": "Data sources: YAML mappings {path, split, config_name, ...} or paths."},
     )
     tokenizer_name_or_path: str | None = field(
         default=None, metadata={"role": RUN, "help": "Default: the input model's folder."}
     )
-    template_path: str | None = field(
-        default=None, metadata={"role": RUN, "help": "Chat template file; default: Instella's."}
+    # TRL's SFTConfig has this field (it loads a .jinja file onto the tokenizer, the template installed here anyway);
+    # declared here for DPO and GRPO, whose configs do not, so every stage names the chat template alike.
+    chat_template_path: str | None = field(
+        default=None, metadata={"role": RUN, "help": "Chat template file (.jinja); default: Instella's."}
     )
     global_batch_size: int | None = field(
-        default=None, metadata={"role": RUN, "help": "Checked against the launch if set."}
-    )
-    overlong: str = field(
-        default="truncate", metadata={"role": RUN, "help": "Rows longer than max_length: truncate | drop."}
+        default=None,
+        metadata={"role": RUN, "help": "Rows (GRPO: completions) per optimizer update; checked against the launch."},
     )
     max_skip_fraction: float = field(
         default=0.01, metadata={"role": LAUNCH, "help": "Error if more rows than this are skipped."}
+    )
+    max_samples: int | None = field(
+        default=None, metadata={"role": RUN, "help": "Use only the first N rows (smoke runs)."}
+    )
+    torch_num_threads: int | None = field(
+        default=None,
+        metadata={"role": LAUNCH, "help": "CPU runs: intra-op threads (tiny models run faster on 1 thread)."},
+    )
+
+    def __post_init__(self):
+        check_range("max_skip_fraction", self.max_skip_fraction, 0, 1)
+        check_range("global_batch_size", self.global_batch_size, 1, integer=True, allow_none=True)
+        check_range("max_samples", self.max_samples, 1, integer=True, allow_none=True)
+        check_range("torch_num_threads", self.torch_num_threads, 1, integer=True, allow_none=True)
+        if self.chat_template_path and not str(self.chat_template_path).endswith(CHAT_TEMPLATE_FILES):
+            suffixes = " or ".join(CHAT_TEMPLATE_FILES)
+            raise RecipeError(f"chat_template_path {self.chat_template_path}: give a jinja template file ({suffixes})")
+        self.sources = [_parse_source(s) for s in self.sources]
+        if self.torch_num_threads:  # tiny models: thread sync costs more than a second core gains
+            torch.set_num_threads(self.torch_num_threads)
+        super().__post_init__()
+
+
+@dataclass
+class PostTrainingSettings(PostTrainingInputs):
+    """Recipe fields of the chat-data stages (SFT, DPO) beside `PostTrainingInputs`'."""
+
+    overlong: str = field(
+        default="truncate", metadata={"role": RUN, "help": "Rows longer than max_length: truncate | drop."}
     )
     allow_no_signal: bool = field(
         default=False,
@@ -65,13 +102,6 @@ class PostTrainingSettings(StageSettings):
     )
     merge_lora: bool = field(
         default=True, metadata={"role": RUN, "help": "With LoRA: merge into full weights in output_dir."}
-    )
-    max_samples: int | None = field(
-        default=None, metadata={"role": RUN, "help": "Use only the first N mixed rows (smoke runs)."}
-    )
-    torch_num_threads: int | None = field(
-        default=None,
-        metadata={"role": LAUNCH, "help": "CPU runs: intra-op threads (tiny models run faster on 1 thread)."},
     )
     conversion_seed: int = field(
         default=MMLU_DATA_SEED,
@@ -82,13 +112,6 @@ class PostTrainingSettings(StageSettings):
     )
 
     def __post_init__(self):
-        check_range("max_skip_fraction", self.max_skip_fraction, 0, 1)
-        check_range("global_batch_size", self.global_batch_size, 1, integer=True, allow_none=True)
-        check_range("max_samples", self.max_samples, 1, integer=True, allow_none=True)
-        check_range("torch_num_threads", self.torch_num_threads, 1, integer=True, allow_none=True)
-        self.sources = [_parse_source(s) for s in self.sources]
-        if self.torch_num_threads:  # tiny models: thread sync costs more than a second core gains
-            torch.set_num_threads(self.torch_num_threads)
         if self.overlong not in OVERLONG_POLICIES:
             raise ValueError(f"overlong must be one of {OVERLONG_POLICIES}, not '{self.overlong}'")
         check_range("conversion_seed", self.conversion_seed, 0, integer=True)
@@ -98,6 +121,11 @@ class PostTrainingSettings(StageSettings):
 @dataclass
 class CheckedModelConfig(ModelConfig):
     """TRL's ModelConfig with the LoRA numbers checked."""
+
+    # ModelConfig's fields that define the run: the input model and the LoRA block
+    library_roles = dict.fromkeys(
+        ("model_name_or_path", "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"), RUN
+    )
 
     def __post_init__(self):
         check_range("lora_r", self.lora_r, 1, integer=True)
@@ -113,13 +141,13 @@ def _parse_source(source) -> dict:
     return source
 
 
-def load_tokenizer_with_template(args: PostTrainingSettings, model_args):
+def load_tokenizer_with_template(args: PostTrainingInputs, model_args):
     """The tokenizer (its own path, else the input model's folder) with the Instella chat template installed."""
     model_path = model_args.model_name_or_path
     if not args.tokenizer_name_or_path:
         check_tokenizer_folder(model_path, "model_name_or_path", " or pass tokenizer_name_or_path")
     tokenizer = load_tokenizer(args.tokenizer_name_or_path or model_path)
-    return install_chat_template(tokenizer, args.template_path)
+    return install_chat_template(tokenizer, args.chat_template_path)
 
 
 def cap_rows(dataset, args: PostTrainingSettings):
@@ -148,11 +176,6 @@ def load_model(model_args):
     )  # fmt: skip
     check_model_finite(model, f"model_name_or_path {model_args.model_name_or_path}")
     return model
-
-
-def readers(args) -> int:
-    """The processes that read different rows: the world, over the sequence-parallel size where a stage has one."""
-    return args.world_size // getattr(args, "sequence_parallel_size", 1)
 
 
 def check_rope_theta(expected: float | None, config, source) -> None:
@@ -241,7 +264,6 @@ class PostTrainingStage(Stage):
 
     def check(self) -> None:
         check_model_path(self.model_args)  # once, before the data is tokenized (also for a tokenizer from elsewhere)
-        check_schedule_kwargs(self.args.lr_scheduler_kwargs)
 
     def load_data(self) -> PostTrainingData:
         args = self.args
@@ -257,10 +279,8 @@ class PostTrainingStage(Stage):
             train, report = self.prepare(cap_rows(mixture, args), tokenizer)
         logger.info(report.summary())
         report.check(args.max_skip_fraction, args.allow_no_signal)
-        per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
-        check_training_length(
-            args.max_steps, args.num_train_epochs, len(train), per_step * readers(args), "rows of the mixture"
-        )
+        check_training_length(args.max_steps, args.num_train_epochs, len(train), rows_per_step(args),
+                              "rows of the mixture")  # fmt: skip
         return PostTrainingData(
             tokenizer, train, {"sources": sources, **report.as_dict(), "summary": report.summary()}
         )
@@ -278,6 +298,7 @@ class PostTrainingStage(Stage):
             processing_class=data.tokenizer,
             peft_config=get_peft_config(self.model_args),
             callbacks=callbacks or None,
+            **self.feature_kwargs(data, model),
             **self.trainer_kwargs(),
         )
 

@@ -6,11 +6,12 @@ The recipe parses into `CheckedSFTConfig` (TRL's SFTConfig, range-checked, with 
 data mixture is converted to `messages`, checked and tokenized (`tokenization.prepare_sft_dataset`) with the Instella
 chat template and assistant-only labels (assistant content + its EOS), then handed to SFTTrainer pre-tokenized; TRL
 pads (one example per row, `pad_to_multiple_of: max_length` as published) or packs padding-free (`packing: true`).
-Instead of `sources`, `mds_streams` reads the authors' packed MDS rows (Instella-Long SFT: `sft/` of
-amd/Instella-Long) with mosaicml-streaming as pretraining does (`trainer/mds_streams.py`, `data/mds.py`): each row as
-their collator cuts it at `max_length`, `position_ids` restarting per document span, labels = the input ids with
-`label_mask` applied where the row has one, handed to SFTTrainer already tokenised (`skip_prepare_dataset`). The
-OLMo schedule and all-parameter weight decay come from `InstellaOptimMixin`. The output folder gets the model, the
+Instead of `sources`, `mds_streams` reads the authors' packed MDS rows (Instella-Long SFT: `sft/` of amd/Instella-Long)
+with mosaicml-streaming as pretraining does (`trainer/features/mds_streams.py`, `data/mds.py`): each row as their
+collator cuts it at `max_length`, `position_ids` restarting per document span, labels = the input ids with `label_mask`
+applied where the row has one, handed to SFTTrainer already tokenised (`skip_prepare_dataset`). The training features
+(`FEATURES`: MDS streaming, sequence parallelism, another run's AdamW state, the fp32 reduce, the OLMo schedule with
+all-parameter weight decay, the loss reduction) are `trainer/features/`'s. The output folder gets the model, the
 tokenizer with the chat template, trainer_state.json, data_report.json and manifest.json (last); what DPO shares is in
 `run.py`.
 """
@@ -22,28 +23,22 @@ from transformers import AutoConfig
 from trl import SFTConfig, SFTTrainer
 
 from instella_recipes.core import RecipeError, exit_on_recipe_error, parse_recipe, setup_logging
-from instella_recipes.core.checks import check_choice
 from instella_recipes.data import mds
-from instella_recipes.trainer.checks import check_fits_positions
-from instella_recipes.trainer.mds_streams import (
-    MDSStreamsArguments,
-    StreamingRowsMixin,
-    check_mds_lengths,
-    mds_rows_for,
+from instella_recipes.trainer.checks import check_fits_positions, rows_per_step
+from instella_recipes.trainer.features import (
+    fp32_reduce,
+    loss_reduction,
+    mds_streams,
+    optimizer,
+    optimizer_state,
+    sequence_parallel,
+    settings_mixins,
+    trainer_mixins,
 )
-from instella_recipes.trainer.mixed_precision import FSDPReduceDtypeMixin
-from instella_recipes.trainer.optim import InstellaOptimMixin
-from instella_recipes.trainer.optimizer_state import OPTIMIZER_DIR, ContinueOptimizerStateMixin, check_optimizer_state
-from instella_recipes.trainer.sequence_parallel import (
-    SequenceParallelArguments,
-    SequenceParallelMixin,
-    check_sequence_parallel,
-    sequence_parallel_for,
-)
+from instella_recipes.trainer.features.mds_streams import check_mds_lengths, mds_rows_for
 from instella_recipes.trainer.settings import RUN
 from instella_recipes.trainer.stage import run_stage
 
-from .loss import LOSS_REDUCTION_HELP, RETIRED_KEYS, LossReductionMixin, check_loss_reduction
 from .run import (
     CheckedModelConfig,
     PostTrainingData,
@@ -51,24 +46,30 @@ from .run import (
     PostTrainingStage,
     check_rope_theta,
     load_tokenizer_with_template,
-    readers,
 )
 from .tokenization import check_row_format, check_truncation_mode, prepare_sft_dataset
 
+# SFT's training features, in order (the first is the outermost Trainer mixin); `CheckedSFTConfig`,
+# `InstellaSFTTrainer` and `SFTStage` all derive from this one tuple.
+FEATURES = (
+    mds_streams.FEATURE,
+    sequence_parallel.FEATURE,
+    optimizer_state.FEATURE,
+    fp32_reduce.FEATURE,
+    optimizer.FEATURE,
+    loss_reduction.FEATURE,
+)
+
 
 @dataclass
-class CheckedSFTConfig(PostTrainingSettings, MDSStreamsArguments, SequenceParallelArguments, SFTConfig):
+class CheckedSFTConfig(PostTrainingSettings, *settings_mixins(FEATURES), SFTConfig):
     """SFT's settings: TRL's SFTConfig, its numeric fields range-checked at parse time (`core.checks`: without it SFT
-    `max_length -1` silently drops every row's closing EOS label), with the post-training fields, the FSDP reduce
-    dtype, the row format, the loss reduction (`loss.py`) and the MDS fields (`mds_streams`: the authors' packed rows
-    instead of `sources`)."""
+    `max_length -1` silently drops every row's closing EOS label), with the post-training fields, the fields of its
+    training features (`FEATURES`: the MDS fields, `mds_streams` being the authors' packed rows instead of `sources`;
+    sequence parallelism; the optimizer state; `fsdp_reduce_dtype`; `loss_reduction`) and the row format."""
 
-    retired_keys = RETIRED_KEYS  # core.recipe: a recipe that still has one gets what to write instead
+    library_roles = dict.fromkeys(("max_length", "packing", "loss_type"), RUN)  # SFTConfig's run-defining fields
 
-    fsdp_reduce_dtype: str | None = field(
-        default="float32",
-        metadata={"role": RUN, "help": "FSDP with bf16: gradient reduce dtype (authors: float32); null: bf16."},
-    )
     row_format: str = field(
         default="instella",
         metadata={
@@ -76,7 +77,6 @@ class CheckedSFTConfig(PostTrainingSettings, MDSStreamsArguments, SequenceParall
             "help": "instella (prepare_sft_data.py rows) | open_instruct (finetune.py encode_sft_example).",
         },
     )
-    loss_reduction: str = field(default="mean", metadata={"role": RUN, "help": LOSS_REDUCTION_HELP})
     rope_theta: float | None = field(
         default=None, metadata={"role": RUN, "help": "The RoPE base the input model must carry (long-context SFT)."}
     )
@@ -88,51 +88,29 @@ class CheckedSFTConfig(PostTrainingSettings, MDSStreamsArguments, SequenceParall
             "32K on the 4K model, as the authors); else such a max_length is an error.",
         },
     )
-    optimizer_state_from: str | None = field(
-        default=None,
-        metadata={
-            "role": RUN,
-            "help": "Start AdamW from <this run>/optimizer_state/ (Instella-Long SFT: phase 2's moments; new step "
-            "counter and schedule).",
-        },
-    )
 
     def __post_init__(self):
-        if self.fsdp_reduce_dtype is not None:
-            check_choice("fsdp_reduce_dtype", self.fsdp_reduce_dtype, ("float32", "bfloat16"))
         check_row_format(self.row_format)
-        check_loss_reduction(self.loss_reduction, self.average_tokens_across_devices)
         check_truncation_mode(self.truncation_mode)
         super().__post_init__()
 
 
-class InstellaSFTTrainer(
-    StreamingRowsMixin,
-    SequenceParallelMixin,
-    ContinueOptimizerStateMixin,
-    FSDPReduceDtypeMixin,
-    InstellaOptimMixin,
-    LossReductionMixin,
-    SFTTrainer,
-):
-    """SFTTrainer with Instella's optimizer settings and LR schedule, under FSDP + bf16 the gradients reduced in
-    fp32 (the authors' `fsdp.precision: mixed`), Ulysses sequence parallelism (`sequence_parallel=`), another
-    run's AdamW moments (`optimizer_state_from=`), the loss reduction of `loss.py` and streaming's MDS rows read
-    as they are split (`streaming_rows=`)."""
-
-    def __init__(self, *args, fsdp_reduce_dtype: str | None = "float32", **kwargs):
-        self.fsdp_reduce_dtype = fsdp_reduce_dtype
-        super().__init__(*args, **kwargs)
+class InstellaSFTTrainer(*trainer_mixins(FEATURES), SFTTrainer):
+    """SFTTrainer with SFT's training features (`FEATURES`): streaming's MDS rows read as they are split
+    (`streaming_rows=`), Ulysses sequence parallelism (`sequence_parallel=`), another run's AdamW moments
+    (`optimizer_state_from=`), under FSDP + bf16 the gradients reduced in fp32 (the authors' `fsdp.precision: mixed`),
+    Instella's optimizer settings and LR schedule, and the loss reduction."""
 
 
 class SFTStage(PostTrainingStage):
     """SFT in the training lifecycle: the mixture as chats with assistant-only labels, `InstellaSFTTrainer`."""
 
     name = "sft"
+    features = FEATURES
+    settings_class = CheckedSFTConfig
     trainer_class = InstellaSFTTrainer
 
-    sequence_parallel = None
-    optimizer_state = None
+    optimizer_state = None  # set by the optimizer-state feature's check
     mds_rows = None  # mds_streams: the MDSRows behind the dataset (`load_data`)
 
     def inputs(self) -> list[tuple[str, str]]:
@@ -148,11 +126,6 @@ class SFTStage(PostTrainingStage):
             _check_mds_settings(self.args)
         _check_sequence_parallel_rows(self.args)
         super().check()
-        if self.args.optimizer_state_from and self.model_args.use_peft:
-            raise RecipeError("optimizer_state_from continues a full model's AdamW state: not with LoRA (use_peft)")
-        if self.args.optimizer_state_from:
-            folder = Path(self.args.optimizer_state_from) / OPTIMIZER_DIR
-            self.optimizer_state = check_optimizer_state(folder, "optimizer_state_from")
         path = Path(self.model_args.model_name_or_path or "")
         if (path / "config.json").is_file():  # the config only, before any work
             config = AutoConfig.from_pretrained(path, trust_remote_code=True)
@@ -170,7 +143,7 @@ class SFTStage(PostTrainingStage):
         args = self.args
         if not args.mds_streams:
             return super().load_data()
-        per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * readers(args)
+        per_step = rows_per_step(args)
         self.mds_rows, manifest = mds_rows_for(
             args, args.tokenizer_name_or_path or self.model_args.model_name_or_path, args.max_length, "max_length",
             per_step, document_masking=True,
@@ -193,9 +166,13 @@ class SFTStage(PostTrainingStage):
         """mds_streams: the shards (to name a changed one); a chat mixture: its source files (`Stage`)."""
         files = data.report.get("data_files") if data is not None else None
         return files if files is not None else super().data_files(data)
+    def row_length(self, data=None) -> tuple[int | None, str]:
+        """MDS rows are cut at `max_length`; chat rows are padded to a multiple of `pad_to_multiple_of`."""
+        if self.args.mds_streams:
+            return self.args.max_length, "max_length"
+        return self.args.pad_to_multiple_of, "pad_to_multiple_of"
 
     def build_trainer(self, data, model, callbacks: list):
-        self.sequence_parallel = sequence_parallel_for(self.args, self.args, model.config, None)
         if self.mds_rows is None and self.args.padding_free and not self.args.packing:
             return self._padding_free_trainer(data, model, callbacks)
         if self.mds_rows is None:
@@ -224,14 +201,7 @@ class SFTStage(PostTrainingStage):
         )
 
     def trainer_kwargs(self) -> dict:
-        mds_kwargs = {"data_collator": mds.stack_rows, "streaming_rows": True} if self.mds_rows is not None else {}
-        return {
-            "fsdp_reduce_dtype": self.args.fsdp_reduce_dtype,
-            "sequence_parallel": self.sequence_parallel,
-            "optimizer_state_from": self.optimizer_state,
-            "loss_reduction": self.args.loss_reduction,
-            **mds_kwargs,
-        }
+        return {"data_collator": mds.stack_rows} if self.mds_rows is not None else {}
 
 
 def _check_mds_settings(args) -> None:
@@ -252,29 +222,21 @@ def _check_mds_settings(args) -> None:
 
 
 def _check_sequence_parallel_rows(args) -> None:
-    """SP takes padding-free rows (documents told apart by position_ids) whose length the SP size divides."""
+    """SP takes padding-free rows (documents told apart by position_ids); their length is checked by the
+    sequence-parallel feature (`SFTStage.row_length`): MDS rows are cut at max_length (as the authors', who assert the
+    same), chat rows padded to a multiple of pad_to_multiple_of, which must be set."""
     size = args.sequence_parallel_size
-    if size == 1:
+    if size == 1 or args.mds_streams:
         return
-    if args.mds_streams:  # packed rows of up to max_length tokens, cut as the authors' (who assert the same)
-        if args.max_length is not None and args.max_length % size:
-            raise RecipeError(
-                f"max_length {args.max_length} is not divisible by sequence_parallel_size {size}: each rank keeps "
-                f"an equal chunk of a row; choose a multiple of {size}"
-            )
-    elif not (args.packing or args.padding_free):
+    if not (args.packing or args.padding_free):
         raise RecipeError(
             f"sequence_parallel_size {size} takes padding-free rows: set packing: true (or padding_free: true)"
         )
-    elif not args.pad_to_multiple_of or args.pad_to_multiple_of % size:
+    if not args.pad_to_multiple_of:
         raise RecipeError(
             f"sequence_parallel_size {size}: every row must split into {size} equal chunks; set pad_to_multiple_of "
-            f"to a multiple of {size} (now {args.pad_to_multiple_of})"
+            f"to a multiple of {size}"
         )
-    try:
-        check_sequence_parallel(size, None, args.world_size, None, args.per_device_train_batch_size)
-    except ValueError as err:
-        raise RecipeError(str(err)) from None
 
 
 def build_trainer(training_args, model_args, callbacks=()):

@@ -10,12 +10,12 @@ EOS + `\\n`), **each piece tokenized on its own**; labels are the assistant cont
 it. So a row is the template's rendering plus a final unlabelled `\\n` after the last EOS (the authors' rows all end
 so), and no token spans two pieces (by construction, where the whole rendered string could merge a boundary).
 
-With another template (`template_path`) a row is that template's rendering, and a token is trained iff its characters
-overlap a `{% generation %}` span. Why our own mask builder instead of
+With another template (`chat_template_path`) a row is that template's rendering, and a token is trained iff its
+characters overlap a `{% generation %}` span. Why our own mask builder instead of
 `apply_chat_template(return_assistant_tokens_mask=True)` (what TRL's `assistant_only_loss` uses): transformers maps
 each generation span to tokens with `char_to_token` on its first character, and the byte-level BPE trims a leading
-space out of token offsets, so an assistant message that starts with a space (" 4") gets `None` there and
-transformers stops marking that turn *and every later turn* in the conversation, silently.
+space out of token offsets, so an assistant message that starts with a space (" 4") gets `None` there and transformers
+stops marking that turn *and every later turn* in the conversation, silently.
 """
 
 from pathlib import Path
@@ -28,10 +28,10 @@ ROLES = ("system", "user", "assistant")
 IGNORE_INDEX = -100
 
 
-def install_chat_template(tokenizer, template_path: str | Path | None = None):
-    """Put the Instella template (or the file at `template_path`) on `tokenizer`; it is saved with the tokenizer
+def install_chat_template(tokenizer, chat_template_path: str | Path | None = None):
+    """Put the Instella template (or the file at `chat_template_path`) on `tokenizer`; it is saved with the tokenizer
     (`chat_template.jinja` in the folder), so `apply_chat_template` on the output directory renders it."""
-    tokenizer.chat_template = Path(template_path).read_text() if template_path else INSTELLA_CHAT_TEMPLATE
+    tokenizer.chat_template = Path(chat_template_path).read_text() if chat_template_path else INSTELLA_CHAT_TEMPLATE
     if tokenizer.pad_token is None:
         raise ValueError("the tokenizer has no pad token: Instella uses <|padding|> (id 1)")
     return tokenizer

@@ -59,6 +59,7 @@ from instella_recipes.core import (
     parse_recipe,
     setup_logging,
 )
+from instella_recipes.trainer.features.sequence_parallel import check_sequence_parallel
 from instella_recipes.trainer.flops import (
     PEAK_FLOPS,
     ParamCounts,
@@ -410,11 +411,13 @@ def step_seconds(flops_token: float, tokens_per_step: int, world: int, gpu: str,
     return tokens_per_step * flops_token / (world * PEAK_FLOPS[gpu] * target_mfu)
 
 
-def check_sequence_parallel(config, seq_len: int, sp: int) -> None:
-    """Ulysses splits the sequence into SP equal chunks and the heads into SP groups: both must divide."""
-    heads = dims(config)["heads"]
-    if seq_len % sp or heads % sp:
-        raise RecipeError(f"sequence_parallel {sp} must divide seq_len ({seq_len}) and the attention heads ({heads})")
+def check_sp_shape(config, seq_len: int, sp: int) -> None:
+    """Ulysses splits the sequence into SP equal chunks and the heads into SP groups: the training stages' one rule
+    (`check_sequence_parallel`), on a world of one SP group."""
+    try:
+        check_sequence_parallel(sp, seq_len, sp, config)
+    except ValueError as err:
+        raise RecipeError(str(err)) from None
 
 
 def long_context_grid(
@@ -427,7 +430,7 @@ def long_context_grid(
     for seq_len, sequences in (steps or LONG_CONTEXT_STEPS).items():
         flops = flops_per_token(config, seq_len, counts)
         for sp in LONG_CONTEXT_SP:
-            check_sequence_parallel(config, seq_len, sp)
+            check_sp_shape(config, seq_len, sp)
             memory = {}
             for checkpointing in (True, False):
                 shape = {**cluster.__dict__, "seq_len": seq_len, "micro_batch": 1}
@@ -528,6 +531,6 @@ def main(argv: list[str] | None = None) -> None:
         rows = long_context_grid(config, cluster, args.target_mfu)
         print(json.dumps(rows, indent=1) if args.json else render_long_context(rows, cluster, args.target_mfu))
         return
-    check_sequence_parallel(config, seq_len, args.sequence_parallel)
+    check_sp_shape(config, seq_len, args.sequence_parallel)
     report = size(config, cluster, args.target_mfu, args.tokenizer_vocab)
     print(json.dumps(report, indent=1) if args.json else render(report))

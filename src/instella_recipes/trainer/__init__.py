@@ -1,23 +1,19 @@
-"""Glue on top of transformers' `Trainer` that every training stage shares: pretraining (`training/`), SFT and DPO
-(`post_training/`, through TRL's trainers, which subclass `Trainer`).
+"""Glue on top of transformers' `Trainer` that every training stage shares: pretraining (`training/`), SFT, DPO and
+GRPO (`post_training/`, through TRL's trainers, which subclass `Trainer`).
 
-- `optim`: `InstellaOptimMixin`, weight decay on every parameter and the OLMo warmup + cosine/linear schedule with
-  the authors' step indexing (the Trainer's own schedulers start their warmup from 0 and index differently).
-- `mixed_precision`: `FSDPReduceDtypeMixin`, FSDP gradients reduced in fp32 under bf16 (accelerate cannot ask for it).
+- `features/`: the training features, one module each (settings, checks, Trainer hooks), which every stage composes
+  from one declared tuple: `sequence_parallel` (Ulysses), `mds_streams` (streaming's MDS rows), `optimizer_state`
+  (another run's AdamW state), `fp32_reduce` (FSDP gradients reduced in fp32 under bf16), `optimizer` (weight decay
+  on every parameter, the OLMo schedule with the authors' step indexing), `loss_reduction` (the loss divisor).
 - `stage`: the lifecycle every training stage runs (`Stage`, `run_stage`): pre-emption, the output folder checked
   against the run's identity and claimed, one resume rule, the full-state-dict final save, the manifest last.
 - `settings`: `StageSettings` (mixed into each stage's settings class) and the field roles (`run`, `data`,
   `launch`) that the run identity, the manifest and the model card read.
-- `checks`: `CheckedTrainingArguments` (numeric fields range-checked at parse time), the global-batch and
-  tokenizer-fits checks every entry point runs before any work.
+- `checks`: `CheckedTrainingArguments` (numeric fields range-checked at parse time), `readers` / `rows_per_step`
+  (the global batch in rows), the global-batch and tokenizer-fits checks every entry point runs before any work.
 - `checkpoints`: only complete, readable checkpoints are resumed from (`resume_from_checkpoint: auto`).
 - `stop_requests` + `callbacks`: SIGTERM / SIGUSR1 caught from an entry point's first line, then turned into a
   checkpoint and exit 0 at the next step (`PreemptionCallback`).
-- `sequence_parallel`: Ulysses sequence parallelism (`SequenceParallelMixin`: all-to-all around transformers'
-  attention functions, one packed row per SP group; the authors' chunk-local fallback and the exact path).
-- `optimizer_state`: one stage's final AdamW state written (DCP) and continued by the next
-  (`ContinueOptimizerStateMixin`, `optimizer_state_from`; the folder's files and its shapes against the model are
-  checked before training).
 - `flops`: parameter counts, FLOPs per token and MFU (the throughput plugin and the sizing tool).
 - `liger`: Liger kernels for Instella (`use_liger_kernel: true`), registered in liger-kernel's own table on import.
 

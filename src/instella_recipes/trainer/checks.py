@@ -61,6 +61,17 @@ def check_fits_positions(config, tokens: int, what: str, fix: str) -> None:
         raise RecipeError(
             f"{what} = {tokens} tokens exceed the model's max_position_embeddings {limit} ({name}): {fix}"
         )
+def readers(args) -> int:
+    """The processes that read different rows: the world size over the sequence-parallel size (the ranks of an SP
+    group read the same row; a stage without the SP feature: the world)."""
+    return args.world_size // getattr(args, "sequence_parallel_size", 1)
+
+
+def rows_per_step(args) -> int:
+    """The global batch in rows: the distinct rows (sequences, or GRPO's completions) of one optimizer step,
+    per_device_train_batch_size x gradient_accumulation_steps x `readers` (what a recipe's `global_batch_size`
+    states)."""
+    return args.per_device_train_batch_size * args.gradient_accumulation_steps * readers(args)
 
 
 def check_global_batch(global_batch_size: int, per_device: int, grad_accum: int, world_size: int) -> None:

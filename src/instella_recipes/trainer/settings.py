@@ -11,8 +11,12 @@ Every field a stage declares (its own, beside the library's `TrainingArguments` 
 - `launch`: how or where it runs (threads, the output location, `overwrite`): neither.
 
 A field of ours without a role is an error (`field_roles` raises `TypeError`), so a new field cannot be missed by the
-identity or the card. The library's own fields have no such metadata; the few that define a run are named once in
-`LIBRARY_ROLES` (tests check that each still exists in the library), every other library field is `launch`.
+identity or the card. The library's own fields carry no such metadata: the class that uses one says which of them
+define the run in its `library_roles` (`{field: role}`), where its own fields are declared: `StageSettings` the
+length and seed every stage has, the optimizer feature (`trainer/features/optimizer.py`) the optimizer's, each stage's
+settings class its config's own (`beta`, `num_generations`, ...), `CheckedModelConfig` the input model and LoRA.
+`field_roles` merges them over the class's MRO and refuses a name the class has no field for (a library that renamed
+one would silently drop it from identities and cards); every other library field is `launch`.
 """
 
 import dataclasses
@@ -24,31 +28,18 @@ from instella_recipes.trainer.checks import check_report_to
 RUN, DATA, LAUNCH = "run", "data", "launch"
 ROLES = (RUN, DATA, LAUNCH)
 
-# The library's fields that define a run (transformers' TrainingArguments, TRL's SFTConfig/DPOConfig/GRPOConfig and
-# ModelConfig). per_device_train_batch_size and gradient_accumulation_steps are `launch`: a run may resume on another
-# world size with the same global batch (the identity records `global_batch` instead).
-LIBRARY_ROLES = dict.fromkeys(
-    (
-        "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "weight_decay", "adam_beta1",
-        "adam_beta2", "adam_epsilon", "max_grad_norm", "num_train_epochs", "max_steps", "seed", "data_seed", "optim",
-        "bf16", "max_length", "packing", "beta", "loss_type", "model_name_or_path", "use_peft", "lora_r",
-        "lora_alpha", "lora_dropout", "lora_target_modules", "num_generations", "temperature",
-        "max_completion_length", "epsilon", "epsilon_high", "delta", "scale_rewards", "top_p", "top_k",
-        "num_iterations", "generation_batch_size", "use_bias_correction_kl", "mask_truncated_completions",
-        "vllm_importance_sampling_correction",
-    ),
-    RUN,
-)  # fmt: skip
-
 
 def field_roles(*settings_classes) -> dict[str, str]:
     """`{field name: role}` over the settings dataclasses (classes or instances), in declaration order. A field
     declared by any class but the library's (`LIBRARY_MODULES`) without a role in its metadata raises a
-    `TypeError` naming it; library fields take their role from `LIBRARY_ROLES` (default `launch`)."""
+    `TypeError` naming it; library fields take their role from the classes' `library_roles` (default `launch`)."""
     roles = {}
     for cls in settings_classes:
         cls = cls if isinstance(cls, type) else type(cls)
-        own = _own_fields(cls)
+        own, library = _own_fields(cls), library_roles(cls)
+        unknown = sorted(set(library) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise TypeError(f"{cls.__name__}: library_roles names {unknown}, which the class has no field for")
         for f in dataclasses.fields(cls):
             role = f.metadata.get("role")
             if role is None and f.name in own:
@@ -58,11 +49,19 @@ def field_roles(*settings_classes) -> dict[str, str]:
                 )
             if role is not None and role not in ROLES:
                 raise TypeError(f"{cls.__name__}.{f.name}: role '{role}' is not one of {', '.join(ROLES)}")
-            roles[f.name] = role or LIBRARY_ROLES.get(f.name, LAUNCH)
+            roles[f.name] = role or library.get(f.name, LAUNCH)
     return roles
 
 
-# Where the library's settings classes live: their fields take `LIBRARY_ROLES`; every other class's must say.
+def library_roles(cls) -> dict[str, str]:
+    """The roles `cls` and its bases give the library's fields they use (their `library_roles`), merged."""
+    out = {}
+    for klass in reversed(cls.__mro__):
+        out.update(vars(klass).get("library_roles", {}))
+    return out
+
+
+# Where the library's settings classes live: their fields take `library_roles`; every other class's must say.
 LIBRARY_MODULES = ("transformers.", "trl.", "accelerate.", "peft.")
 
 
@@ -107,6 +106,11 @@ class StageSettings:
     """Mixed in before the library's config class by every stage's settings class (`class PretrainArguments(
     StageSettings, TrainingArguments)`): the fields the lifecycle (`trainer/stage.py`) reads beside the library's,
     the numeric range checks (`core.checks.check_training_arguments`) and `report_to` comma lists."""
+
+    # the library fields every stage has that define a run (per_device_train_batch_size and
+    # gradient_accumulation_steps are `launch`: a run may resume on another world size with the same global batch,
+    # which the identity records as `global_batch`)
+    library_roles = dict.fromkeys(("num_train_epochs", "max_steps", "seed", "data_seed", "bf16"), RUN)
 
     resume_from_checkpoint: str | None = field(default="auto", metadata={"role": LAUNCH, "help": RESUME_HELP})
     overwrite: bool = field(

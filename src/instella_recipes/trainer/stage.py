@@ -3,9 +3,10 @@ knows the order. A stage is a `Stage` subclass that supplies what differs (its d
 `run_stage(stage)` runs it:
 
      1. arm pre-emption          SIGTERM/SIGUSR1 from here to the end: a checkpoint and exit 0, never a half state
-     2. stage.check()            cheap input checks, nothing loaded; the output folder's location and inputs
-        -- stop point "before loading anything"
-     3. stage.load_data()        (the stage may add its own stop points: `self.stop_point(where)`)
+     2. stage.check()            cheap input checks, nothing loaded; the output folder's location and inputs;
+                                 then each of `stage.features`' checks (`trainer/features/`), in their order
+     3. stage.load_data()        (the stage may add its own stop points: `self.stop_point(where)`); then the
+                                 features' checks of the loaded data
         -- stop point "after loading the data"
      4. the output folder against the run's identity (`stage.identity(data)`): this very run finished -> exit 0;
         another run's manifest or checkpoints -> error; otherwise go on
@@ -19,8 +20,13 @@ knows the order. A stage is a `Stage` subclass that supplies what differs (its d
         pre-empted -> its checkpoint is saved, exit 0, no manifest
     10. the final save (`save_final_model`): a full state dict gathered whatever the FSDP `state_dict_type` (the DCP
         checkpoints for resume stay sharded), written by `save_pretrained` as the model's own class
-    11. stage.save_extras(trainer, data)   (every rank; LoRA merge, data reports, optimizer state)
-    12. manifest.json last (rank 0): the common record + `stage.manifest_fields(trainer, data)`
+    11. stage.save_extras(trainer, data), then the features' (every rank; LoRA merge, data reports, optimizer state)
+    12. manifest.json last (rank 0): the common record + `stage.manifest_fields(trainer, data)` + the features'
+
+A stage's training features (sequence parallelism, MDS streaming, the optimizer, ...) are one tuple,
+`Stage.features`, from which its settings and Trainer classes derive their bases (`trainer/features/__init__.py`);
+the lifecycle runs their checks and extras at the points above, and `feature_kwargs` hands their Trainer mixins what
+they take.
 
 The split follows the libraries': the Trainer (transformers / TRL) trains, checkpoints and resumes; the stage's
 settings class (a subclass of the library's config) carries the recipe; this module is the short `main` that TRL's
@@ -51,9 +57,11 @@ from instella_recipes.core import (
 )
 from instella_recipes.data.sources import source_identities
 from instella_recipes.data.token_files import describe_data_change
+from instella_recipes.trainer import features
 from instella_recipes.trainer.callbacks import PreemptionCallback
 from instella_recipes.trainer.checkpoints import STAGING, complete_checkpoints, resolve_resume
 from instella_recipes.trainer.checks import check_attention
+from instella_recipes.trainer.checks import rows_per_step
 from instella_recipes.trainer.settings import DATA, RUN, field_roles, values_with_role
 
 logger = get_logger(__name__)
@@ -65,13 +73,17 @@ class StoppedBeforeTraining(Exception):
 
 
 class Stage:
-    """One training stage. Subclasses set `name` and implement `load_data`, `build_model` and `build_trainer`; the
-    other hooks have defaults. `args` is the stage's settings (a subclass of the library's `TrainingArguments` /
-    `SFTConfig` / `DPOConfig` / `GRPOConfig` carrying the stage's own fields, among them `overwrite` and
-    `resume_from_checkpoint`), `model_args` TRL's `ModelConfig` where the stage has one, `argv` the command line
-    (recorded in the manifest)."""
+    """One training stage. Subclasses set `name`, `features` (the training features, in order: `trainer/features/`),
+    `settings_class` and `trainer_class` (both derived from `features`) and implement `load_data`, `build_model` and
+    `build_trainer` (which passes `feature_kwargs(data, model)` to the Trainer); the other hooks have defaults. `args`
+    is the stage's settings (a subclass of the library's `TrainingArguments` / `SFTConfig` / `DPOConfig` / `GRPOConfig`
+    carrying the stage's own fields, among them `overwrite` and `resume_from_checkpoint`), `model_args` TRL's
+    `ModelConfig` where the stage has one, `argv` the command line (recorded in the manifest)."""
 
     name: str = "stage"
+    features: tuple = ()
+    settings_class: type | None = None
+    trainer_class: type | None = None
 
     def __init__(self, args, model_args=None, argv: list[str] | None = None):
         self.args = args
@@ -104,7 +116,16 @@ class Stage:
         if self.preemption is not None and self.preemption.requested:
             raise StoppedBeforeTraining(where)
 
+    def feature_kwargs(self, data, model) -> dict:
+        """What the features' Trainer mixins take for this run (each feature's `trainer_kwargs`)."""
+        return features.trainer_kwargs(self, data, model)
+
     # --- hooks -----------------------------------------------------------------------------------------------------
+    def row_length(self, data=None) -> tuple[int | None, str]:
+        """What every training row's length is a multiple of (None: not fixed) and the setting that fixes it; with
+        `data` after it loaded (sequence parallelism splits each row into equal chunks)."""
+        return None, "seq_len"
+
     def check(self) -> None:
         """Cheap checks before anything loads (the output folder's location and inputs are checked already)."""
 
@@ -144,10 +165,7 @@ class Stage:
             if files:  # the fields name the files; their contents too must be the same to resume
                 identity["data_content"] = hashlib.sha256(json.dumps(files).encode()).hexdigest()
         identity["data_fingerprint"] = fingerprint
-        train = self.args
-        identity["global_batch"] = (
-            train.per_device_train_batch_size * train.gradient_accumulation_steps * train.world_size
-        )
+        identity["global_batch"] = rows_per_step(self.args)
         identity = json.loads(json.dumps(identity, sort_keys=True, default=_plain))
         identity["fingerprint"] = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
         if files:  # not part of the fingerprint (the data fingerprint covers them): only to name what changed
@@ -175,7 +193,9 @@ class Stage:
     def build(self, callbacks=()):
         """`(trainer, data)`: the hooks up to a ready trainer, without the output-folder claim or training."""
         self.check()
+        features.run_checks(self)
         data = self.load_data()
+        features.run_data_checks(self, data)
         return self.build_trainer(data, self.build_model(data), list(callbacks)), data
 
     def finish(self, trainer, data) -> Path:
@@ -219,7 +239,9 @@ def _run(stage: Stage) -> int:
         getattr(stage.model_args, "attn_implementation", None) or getattr(stage.args, "attn_implementation", "")
     )
     stage.check()
+    features.run_checks(stage)
     data = stage.load_data()
+    features.run_data_checks(stage, data)
     stage.stop_point("after loading the data")
     identity = stage.identity(data)
     if check_run_dir(stage.name, output_dir, identity, stage.overwrite, stage.inputs()) is not None:
@@ -253,6 +275,7 @@ def finish_stage(stage: Stage, trainer, data, identity: dict) -> None:
     save_final_model(trainer, stage.model_folder())
     trainer.save_state()
     stage.save_extras(trainer, data)
+    features.save_extras(stage, trainer)
     if trainer.is_world_process_zero():
         write_manifest(stage.output_dir, stage.name, **common_manifest_fields(stage, trainer, identity, data))
 
@@ -367,6 +390,7 @@ def common_manifest_fields(stage: Stage, trainer, identity: dict, data) -> dict:
         "global_step": trainer.state.global_step,
         "final_loss": losses[-1] if losses else None,
         **stage.manifest_fields(trainer, data),
+        **features.manifest_fields(stage, trainer),
     }
 
 

@@ -23,7 +23,6 @@ from transformers import AutoConfig, TrainingArguments, default_data_collator
 
 from instella_recipes.core import (
     RecipeError,
-    check_choice,
     check_range,
     check_training_length,
     exit_on_recipe_error,
@@ -43,34 +42,36 @@ from instella_recipes.data.token_files import (
     token_files_from_args,
 )
 from instella_recipes.data.tokenizer import load_tokenizer
-from instella_recipes.trainer.checks import check_global_batch, check_tokenizer_fits, fit_accumulation
-from instella_recipes.trainer.mds_streams import MDSStreamsArguments, mds_rows_for
-from instella_recipes.trainer.optim import check_schedule_kwargs
-from instella_recipes.trainer.optimizer_state import OPTIMIZER_DIR, check_optimizer_state, save_optimizer_state
-from instella_recipes.trainer.sequence_parallel import (
-    SequenceParallelArguments,
-    check_sequence_parallel,
-    data_parallel_size,
-    sequence_parallel_for,
+from instella_recipes.trainer.checks import (
+    check_global_batch,
+    check_tokenizer_fits,
+    fit_accumulation,
+    readers,
+    rows_per_step,
 )
+from instella_recipes.trainer.features import settings_mixins
+from instella_recipes.trainer.features.loss_reduction import loss_reduction_field
+from instella_recipes.trainer.features.mds_streams import mds_rows_for
 from instella_recipes.trainer.settings import DATA, LAUNCH, RUN, StageSettings
 from instella_recipes.trainer.stage import Stage, run_stage
 from instella_recipes.training.model_factory import build_model
-from instella_recipes.training.pretrain_trainer import NonFiniteCallback, PretrainTrainer
+from instella_recipes.training.pretrain_trainer import FEATURES, NonFiniteCallback, PretrainTrainer
 
 logger = get_logger(__name__)
 STAGE = "pretrain"
-# What the summed token cross-entropy is divided by (PretrainTrainer): every input token of the batch (OLMo's
-# `train_step`: `batch['input_ids'].numel()`, instella/train.py:707) or the predicted ones (transformers' and lit_gpt's
-# mean).
-LOSS_NORMALIZERS = ("input_tokens", "predicted_tokens")
 
 
 @dataclass
-class PretrainArguments(StageSettings, MDSStreamsArguments, SequenceParallelArguments, TrainingArguments):
-    """The settings of `scripts/pretrain.py`: transformers' `TrainingArguments` (range-checked) and pretraining's own
-    fields, each with its role (`trainer/settings.py`); the MDS fields (`mds_streams`, `data_root`,
-    `num_canonical_nodes`) are `MDSStreamsArguments`'."""
+class PretrainArguments(StageSettings, *settings_mixins(FEATURES), TrainingArguments):
+    """The settings of `scripts/pretrain.py`: transformers' `TrainingArguments` (range-checked), the fields of its
+    training features (`FEATURES`: the MDS fields `mds_streams`, `data_root`, `num_canonical_nodes`, sequence
+    parallelism, the optimizer state, `fsdp_reduce_dtype`, `loss_reduction`) and pretraining's own fields, each with
+    its role (`trainer/settings.py`)."""
+
+    # The loss divisor (trainer/features/loss_reduction.py): every input token of the batch (OLMo's `train_step`:
+    # `batch['input_ids'].numel()`, instella/train.py:707), or `mean` over the predicted ones (transformers').
+    loss_reductions = ("input_tokens", "mean")
+    every_token_labelled = True  # pretraining's rows: a label on every input token
 
     data_dir: str = field(default=None, metadata={"role": DATA, "help": "Output folder of scripts/prepare_data.py."})
     data_paths: list[str] | None = field(
@@ -116,13 +117,7 @@ class PretrainArguments(StageSettings, MDSStreamsArguments, SequenceParallelArgu
             "help": "Windows of seq_len + 1 tokens, all seq_len inputs predicted (lit_gpt: AMD-Llama-135m).",
         },
     )
-    loss_normalizer: str = field(
-        default="input_tokens",
-        metadata={
-            "role": RUN,
-            "help": "Summed token CE over input_tokens (OLMo/Instella: B x seq_len) or predicted_tokens.",
-        },
-    )
+    loss_reduction: str = loss_reduction_field("input_tokens")
     max_consecutive_nonfinite: int = field(
         default=5, metadata={"role": RUN, "help": "Stop after this many bad steps in a row."}
     )
@@ -140,28 +135,6 @@ class PretrainArguments(StageSettings, MDSStreamsArguments, SequenceParallelArgu
         default=None,
         metadata={"role": LAUNCH, "help": "CPU runs: intra-op threads (tiny models run faster on 1 thread)."},
     )
-    fsdp_reduce_dtype: str | None = field(
-        default="float32", metadata={"role": RUN, "help": "FSDP bf16: gradient reduce dtype."}
-    )
-    save_optimizer_state: bool = field(
-        default=False,
-        metadata={"role": RUN, "help": "Write the final AdamW state to <output_dir>/optimizer_state/ (DCP)."},
-    )
-    load_optimizer_state: bool = field(
-        default=False,
-        metadata={
-            "role": RUN,
-            "help": "Start from <model_name_or_path>/optimizer_state/ (moments kept, new step counter/LR).",
-        },
-    )
-    optimizer_state_from: str | None = field(
-        default=None,
-        metadata={
-            "role": RUN,
-            "help": "Instead: start from <this run>/optimizer_state/ (Instella-Long phase 2: phase 1's moments, "
-            "while the model is phase 1's reconfigured to a new RoPE).",
-        },
-    )
     rope_theta: float | None = field(
         default=None,
         metadata={
@@ -172,20 +145,13 @@ class PretrainArguments(StageSettings, MDSStreamsArguments, SequenceParallelArgu
     )
 
     def __post_init__(self):
-        if self.load_optimizer_state and self.optimizer_state_from:
-            raise ValueError("set load_optimizer_state or optimizer_state_from (the run whose AdamW state), not both")
         check_range("rope_theta", self.rope_theta, 1, allow_none=True)
-        if self.load_optimizer_state and not self.model_name_or_path:
-            raise ValueError(
-                "load_optimizer_state: true needs model_name_or_path (the run whose optimizer_state/ to continue)"
-            )
         check_range("global_batch_size", self.global_batch_size, 1, integer=True, allow_none=True)
         check_range("seq_len", self.seq_len, 2, integer=True, allow_none=True)
         if self.fit_global_batch and self.global_batch_size is None:
             raise ValueError("fit_global_batch: true needs global_batch_size (the batch to keep)")
         check_range("max_consecutive_nonfinite", self.max_consecutive_nonfinite, 1, integer=True)
         check_range("torch_num_threads", self.torch_num_threads, 1, integer=True, allow_none=True)
-        check_choice("loss_normalizer", self.loss_normalizer, LOSS_NORMALIZERS)
         if self.predict_all_positions and self.data_paths:
             raise ValueError(
                 "predict_all_positions reads (seq_len + 1)-token windows of a data_dir (lit_gpt's blocks); the token "
@@ -372,10 +338,9 @@ def _olmo_sampler(dataset, train: TrainingArguments) -> OLMoOrderSampler | None:
     """Token files are read in the authors' order (seed = data_seed or seed, as their `data.seed` or `seed`)."""
     if not isinstance(dataset, TokenFiles):
         return None
-    readers = data_parallel_size(train, train.world_size)  # an SP group reads one row (trainer/sequence_parallel.py)
-    global_batch = train.per_device_train_batch_size * train.gradient_accumulation_steps * readers
+    global_batch = rows_per_step(train)  # an SP group reads one row: the readers are the world over the SP size
     seed = train.data_seed if train.data_seed is not None else train.seed
-    sampler = OLMoOrderSampler(len(dataset), global_batch, train.per_device_train_batch_size, readers, seed)
+    sampler = OLMoOrderSampler(len(dataset), global_batch, train.per_device_train_batch_size, readers(train), seed)
     if sampler.steps == 0:
         raise RecipeError(
             f"data_paths: {len(dataset)} instances of {dataset.seq_len} tokens are fewer than one global batch "
@@ -409,10 +374,14 @@ class PretrainStage(Stage):
     model the AdamW state when asked for."""
 
     name = STAGE
+    features = FEATURES
+    settings_class = PretrainArguments
+    trainer_class = PretrainTrainer
 
     def __init__(self, args: PretrainArguments, argv: list[str] | None = None):
         super().__init__(args, None, argv)
-        self.optimizer_state = None
+        self.optimizer_state = None  # set by the optimizer-state feature's check
+        self.input_config = None  # the start checkpoint's or model_config's config, when `check` can read it
         self.plugin_callbacks: list = []
         self.nonfinite = None
         self.use_cache = None
@@ -424,52 +393,34 @@ class PretrainStage(Stage):
             ("optimizer_state_from", self.args.optimizer_state_from),
         ]
 
-    @property
-    def readers(self) -> int:
-        """The processes that read different rows (the world over the SP size): the global batch's divisor."""
-        return data_parallel_size(self.args, self.args.world_size)
+    def row_length(self, data: "PretrainData | None" = None) -> tuple[int | None, str]:
+        """The rows' tokens: the data's (a data_dir fixes it), else the recipe's `seq_len`."""
+        return (data.dataset.seq_len if data is not None else self.args.seq_len), "seq_len"
 
     def check(self) -> None:
         args = self.args
         if args.torch_num_threads:
             torch.set_num_threads(args.torch_num_threads)
-        check_schedule_kwargs(args.lr_scheduler_kwargs)
-        # the start checkpoint's config only (no weights); a missing one is reported where the model loads
+        # the start checkpoint's config only (no weights); a missing one is reported where the model loads. The
+        # sequence-parallel feature checks the model's heads against it next, before any data or weights are read.
         has_config = args.model_name_or_path and (Path(args.model_name_or_path) / "config.json").is_file()
-        config = _model_config(args) if has_config or args.model_config else None
-        _check_rope_theta(args, config)
-        try:  # the launch shape and the model's heads, before any data or weights are read
-            check_sequence_parallel(
-                args.sequence_parallel_size, args.seq_len, args.world_size, config, args.per_device_train_batch_size
-            )
-        except ValueError as err:
-            raise RecipeError(str(err)) from None
-        if args.load_optimizer_state:
-            self.optimizer_state = check_optimizer_state(Path(args.model_name_or_path) / OPTIMIZER_DIR)
-        if args.optimizer_state_from:
-            self.optimizer_state = check_optimizer_state(
-                Path(args.optimizer_state_from) / OPTIMIZER_DIR, "optimizer_state_from"
-            )
+        self.input_config = _model_config(args) if has_config or args.model_config else None
+        _check_rope_theta(args, self.input_config)
         if args.fit_global_batch:
             args.gradient_accumulation_steps = fit_accumulation(
-                args.global_batch_size, args.per_device_train_batch_size, self.readers
+                args.global_batch_size, args.per_device_train_batch_size, readers(args)
             )
 
     def load_data(self) -> PretrainData:
         args = self.args
-        global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * self.readers
+        global_batch = rows_per_step(args)
         dataset, data_manifest, tokenizer = _data_and_tokenizer(args, global_batch)
         check_training_length(args.max_steps, args.num_train_epochs, len(dataset), global_batch, "windows of data_dir")
         if args.global_batch_size is not None:
             check_global_batch(
                 args.global_batch_size, args.per_device_train_batch_size, args.gradient_accumulation_steps,
-                self.readers,
+                readers(args),
             )  # fmt: skip
-        if dataset.seq_len % args.sequence_parallel_size:
-            raise RecipeError(
-                f"data rows of {dataset.seq_len} tokens are not divisible by sequence_parallel_size "
-                f"{args.sequence_parallel_size}: each rank keeps an equal chunk; choose seq_len a multiple of it"
-            )
         return PretrainData(dataset, data_manifest, tokenizer)
 
     def data_fingerprint(self, data: PretrainData) -> str | None:
@@ -495,12 +446,8 @@ class PretrainStage(Stage):
             data_collator=_collator(dataset),
             processing_class=data.tokenizer,
             callbacks=[*callbacks, *self.plugin_callbacks],
-            fsdp_reduce_dtype=args.fsdp_reduce_dtype,
-            optimizer_state_from=self.optimizer_state,
-            loss_normalizer=args.loss_normalizer,
             train_sampler=_olmo_sampler(dataset, args),
-            sequence_parallel=sequence_parallel_for(args, args, model.config, dataset.seq_len),
-            streaming_rows=isinstance(dataset, mds.MDSRows),
+            **self.feature_kwargs(data, model),
         )
         self.nonfinite = NonFiniteCallback(trainer, args.max_consecutive_nonfinite)
         trainer.add_callback(self.nonfinite)
@@ -523,13 +470,9 @@ class PretrainStage(Stage):
         if self.use_cache is not None:
             trainer.accelerator.unwrap_model(trainer.model).config.use_cache = self.use_cache
 
-    def save_extras(self, trainer, data: PretrainData) -> None:
-        if self.args.save_optimizer_state:  # every rank writes its shards; before the manifest, like everything else
-            save_optimizer_state(trainer.model, trainer.optimizer, self.output_dir / OPTIMIZER_DIR)
-
     def manifest_fields(self, trainer, data: PretrainData) -> dict:
         args = self.args
-        global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * self.readers
+        global_batch = rows_per_step(args)
         return {
             "data_dir": str(args.data_dir) if args.data_dir else None,
             "data_paths": args.data_paths,

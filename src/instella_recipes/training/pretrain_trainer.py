@@ -1,26 +1,19 @@
-"""`PretrainTrainer`: the transformers Trainer with Instella's optimizer/schedule, atomic checkpoints and skipped
+"""`PretrainTrainer`: the transformers Trainer with pretraining's training features, atomic checkpoints and skipped
 non-finite steps, all through the Trainer's extension points (no copy of its training loop).
 
-- `InstellaOptimMixin`: AdamW with weight decay on every parameter; the OLMo warmup + cosine/linear schedule.
-- `FSDPReduceDtypeMixin`: under FSDP with bf16, gradients reduced in fp32 (the authors' `fsdp.precision: mixed`).
-- `loss_normalizer="input_tokens"`: the summed token cross-entropy is divided by the batch's input tokens, B x seq_len
-  (OLMo's `train_step`, `instella/train.py:707`: `num_items_in_batch = batch['input_ids'].numel()`), not by the B x
-  (seq_len - 1) predicted ones: the Trainer's own count (`_get_num_items_in_batch`) is told the loss does not shift
-  its labels, so it counts every label position. "predicted_tokens" keeps transformers' mean (lit_gpt's).
-- `ContinueOptimizerStateMixin` (`optimizer_state_from=`): a stage that continues another's AdamW state loads it
-  before the first update.
+- the training features of `FEATURES` (in that order, `trainer/features/`): MDS streaming (`streaming_rows=`),
+  Ulysses sequence parallelism (`sequence_parallel=`), another run's AdamW state (`optimizer_state_from=`), the fp32
+  gradient reduce under FSDP + bf16, Instella's optimizer (weight decay on every parameter, the OLMo schedule) and the
+  loss reduction (`loss_reduction: input_tokens`, OLMo's `train_step` divisor B x seq_len, `instella/train.py:707`;
+  `mean`: transformers' and lit_gpt's mean over the predicted tokens).
 - `_save_checkpoint`: the Trainer writes the checkpoint into `<output_dir>/.staging/`, then the main process
   renames it into `<output_dir>/checkpoint-<step>` after every process finished (see `trainer/checkpoints.py`), and the
   Trainer's rotation (`save_total_limit`) runs on the real folder.
 - `_get_train_sampler`: token files (`data_paths`) are read through `OLMoOrderSampler`, the authors' order laid out
   for accelerate's sharding of the Trainer's own dataloader (see `data/token_files.py` for why no library sampler
   does it); packed windows keep the Trainer's seeded random sampler.
-- `StreamingRowsMixin` (`streaming_rows=`): MDS folders (`mds_streams`) are read through streaming's
-  `StreamingDataset`, which splits the rows over the ranks itself, so its dataloader bypasses accelerate's sharding
-  (trainer/mds_streams.py).
 - `create_accelerator_and_postprocess`: `ddp_timeout` applies to every backend (transformers passes it to
   `init_process_group` only off CPU), so a rank that dies or hangs fails the others within it.
-- `SequenceParallelMixin` (`sequence_parallel=`): Ulysses sequence parallelism (trainer/sequence_parallel.py).
 - `_get_grad_norm`: the global (all-reduced) gradient norm decides whether a step is finite on every rank alike;
   a non-finite one makes the wrapped `optimizer.step` a no-op (the batch is dropped, the LR schedule and the step
   counter advance), and is counted in `skipped_steps`.
@@ -40,11 +33,26 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from instella_recipes.trainer.checkpoints import STAGING, publish
-from instella_recipes.trainer.mds_streams import StreamingRowsMixin
-from instella_recipes.trainer.mixed_precision import FSDPReduceDtypeMixin
-from instella_recipes.trainer.optim import InstellaOptimMixin
-from instella_recipes.trainer.optimizer_state import ContinueOptimizerStateMixin
-from instella_recipes.trainer.sequence_parallel import SequenceParallelMixin
+from instella_recipes.trainer.features import (
+    fp32_reduce,
+    loss_reduction,
+    mds_streams,
+    optimizer,
+    optimizer_state,
+    sequence_parallel,
+    trainer_mixins,
+)
+
+# Pretraining's training features, in order (the first is the outermost Trainer mixin); `PretrainArguments`,
+# `PretrainTrainer` and `PretrainStage` all derive from this one tuple.
+FEATURES = (
+    mds_streams.FEATURE,
+    sequence_parallel.FEATURE,
+    optimizer_state.FEATURE,
+    fp32_reduce.FEATURE,
+    optimizer.FEATURE,
+    loss_reduction.FEATURE,
+)
 
 
 class SamplerEpoch(TrainerCallback):
@@ -71,24 +79,14 @@ def apply_collective_timeout(seconds: int) -> None:
         _set_pg_timeout(timedelta(seconds=seconds))
 
 
-class PretrainTrainer(
-    StreamingRowsMixin, SequenceParallelMixin, ContinueOptimizerStateMixin, FSDPReduceDtypeMixin, InstellaOptimMixin,
-    Trainer,
-):  # fmt: skip
+class PretrainTrainer(*trainer_mixins(FEATURES), Trainer):
     """Trainer for packed-window causal LM pretraining (any AutoModelForCausalLM)."""
 
-    def __init__(
-        self, *args, fsdp_reduce_dtype: str | None = "float32",
-        loss_normalizer: str = "input_tokens", train_sampler=None, **kwargs,
-    ):  # fmt: skip
-        self.fsdp_reduce_dtype = fsdp_reduce_dtype
+    def __init__(self, *args, train_sampler=None, **kwargs):
         self.train_sampler = train_sampler
+        kwargs.setdefault("loss_reduction", "input_tokens")  # pretraining's default divisor (OLMo's), built by hand
+        kwargs.setdefault("every_token_labelled", True)
         super().__init__(*args, **kwargs)
-        if loss_normalizer == "input_tokens":
-            # private: the Trainer's only switch for counting input (not shifted label) tokens [test_private_apis]
-            if not hasattr(self, "_loss_shifts_labels"):  # a transformers that counts the loss's tokens otherwise
-                raise RuntimeError("loss_normalizer input_tokens needs transformers' Trainer._loss_shifts_labels")
-            self._loss_shifts_labels = False
         self.skipped_steps = 0
         if hasattr(train_sampler, "set_epoch"):
             self.add_callback(SamplerEpoch(train_sampler))

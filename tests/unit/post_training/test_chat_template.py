@@ -85,7 +85,7 @@ def test_label_mask_token_by_token(tok, case):
 
 
 def test_another_template_trains_its_generation_spans(tok):
-    """With a template other than Instella's (`template_path`) a row is that template's rendering, and the tokens
+    """With a template other than Instella's (`chat_template_path`) a row is that template's rendering, and the tokens
     inside its `{% generation %}` spans are trained (no authors' trailing newline)."""
     other = copy.deepcopy(tok)
     other.chat_template = "{# another template #}" + tok.chat_template

@@ -15,7 +15,7 @@ from instella_recipes.post_training.run import CheckedModelConfig
 from instella_recipes.post_training.sft import CheckedSFTConfig
 from instella_recipes.post_training.template import install_chat_template
 from instella_recipes.post_training.tokenization import prepare_sft_dataset
-from instella_recipes.trainer.optim import olmo_lr_factor
+from instella_recipes.trainer.features.optimizer import olmo_lr_factor
 from tests.conftest import OLMO_TOKENIZER
 from tests.helpers import instella_sft_oracle as authors
 

@@ -3,7 +3,8 @@
 - a package imports only packages of a lower layer (never one of its own rank or higher); `modeling_instella` sits
   below the library (it is also Hub remote code, so it imports nothing of ours) and the CLI in `scripts/`
   (`instella_recipes.scripts`) above it (the library never imports a script);
-- no import cycle between packages (an import inside a function counts: it is an arrow all the same);
+- no import cycle between packages, nor between modules (an import inside a function counts: it is an arrow all the
+  same);
 - an import of a project module inside a function says why on its own line or the line above (the one accepted
   reason is an optional or heavy dependency that a module-level import would force on every user).
 """
@@ -50,6 +51,7 @@ class Import:
     module: str  # the imported module, dotted
     in_function: bool
     explained: bool  # a comment on the statement's lines or the line above that says more than a tool directive
+    importer: str = ""  # the importing module, dotted
 
 
 def _package(module: str) -> str | None:
@@ -115,8 +117,14 @@ def _file_imports(path: Path) -> list[Import]:
                 where = f"{path.relative_to(ROOT)}:{node.lineno}"
                 found.append(
                     Import(
-                        where, _package(module), package, target, node in scoped, any(n in explained for n in lines)
-                    )
+                        where,
+                        _package(module),
+                        package,
+                        target,
+                        node in scoped,
+                        any(n in explained for n in lines),
+                        module,
+                    )  # fmt: skip
                 )
     return sorted(found, key=lambda i: int(i.where.rsplit(":", 1)[1]))
 
@@ -202,6 +210,34 @@ def test_no_import_cycle_between_packages():
         members = set(component)
         edges = [f"  {i.where}: {i.source} -> {i.target}" for i in imports if {i.source, i.target} <= members]
         problems.append(f"cycle {' <-> '.join(component)}:\n" + "\n".join(edges))
+    assert not problems, "\n".join(problems)
+
+
+def _module_of(target: str, modules: set[str]) -> str | None:
+    """The library module an import reads: the module itself, or for `import a.b.name` the nearest module above."""
+    while target and target not in modules:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def test_no_import_cycle_between_modules():
+    """Module by module, inside a package too (`core/recipe.py` <-> `core/command_line.py` once hid behind an import
+    inside a function): a cycle makes the import order matter and one of its members half-initialised."""
+    modules = {i.importer for i in project_imports()} | {
+        _module_name(p) for p in [*LIBRARY.rglob("*.py"), *MODEL.rglob("*.py")]
+    }
+    arrows: dict[str, set[str]] = {}
+    edges = []
+    for i in project_imports():
+        target = _module_of(i.module, modules)
+        if target is not None and target != i.importer:
+            arrows.setdefault(i.importer, set()).add(target)
+            edges.append((i.where, i.importer, target))
+    problems = []
+    for component in _cycles(arrows):
+        members = set(component)
+        lines = [f"  {where}: {a} -> {b}" for where, a, b in edges if {a, b} <= members]
+        problems.append(f"cycle {' <-> '.join(component)}:\n" + "\n".join(lines))
     assert not problems, "\n".join(problems)
 
 

@@ -75,7 +75,7 @@ def test_trainer_checkpoint_and_grad_norm_hooks():
 def test_trainer_sampler_columns_scheduler_and_loss_flags():
     from transformers import Trainer
 
-    users = "PretrainTrainer (training/pretrain_trainer.py), InstellaOptimMixin (trainer/optim.py), DPO's Trainer"
+    users = "PretrainTrainer (training/pretrain_trainer.py), InstellaOptimMixin (trainer/features/optimizer.py)"
     _check(
         _params(Trainer._get_train_sampler) == ["self", "train_dataset"],
         "transformers",
@@ -115,7 +115,7 @@ def test_config_names_the_attention_set_on_the_model():
         model.config._attn_implementation == "eager",
         "transformers",
         "config._attn_implementation follows set_attn_implementation",
-        "trainer/sequence_parallel.py (the Ulysses wrapper), modeling_instella.py (the varlen-boundary mask)",
+        "trainer/features/sequence_parallel.py (the Ulysses wrapper), modeling_instella.py (the varlen-boundary mask)",
     )
 
 
@@ -123,7 +123,7 @@ def test_sequence_parallel_loss_count_and_dataloader_list():
     from accelerate import Accelerator
     from transformers import Trainer
 
-    users = "SequenceParallelMixin (trainer/sequence_parallel.py)"
+    users = "SequenceParallelMixin (trainer/features/sequence_parallel.py)"
     _check(
         _params(Trainer._get_num_items_in_batch) == ["self", "batch_samples", "device"]
         and _calls(Trainer.get_batch_samples, "self._get_num_items_in_batch"),
@@ -140,13 +140,13 @@ def test_sequence_parallel_loss_count_and_dataloader_list():
 
 
 def test_trainer_num_items_in_batch_hook_and_sft_divisor():
-    """`loss_reduction: sum` (post_training/loss.py) returns 1 from `_get_num_items_in_batch`: the Trainer must
-    still ask that method for the divisor and hand it to compute_loss, and TRL's SFT loss must divide the token sum
-    by it; `loss_is_scaled_for_ga = False` must still make training_step divide by the accumulation steps."""
+    """`loss_reduction: sum` (trainer/features/loss_reduction.py) returns 1 from `_get_num_items_in_batch`: the
+    Trainer must still ask that method for the divisor and hand it to compute_loss, and TRL's SFT loss must divide the
+    token sum by it; `loss_is_scaled_for_ga = False` must still make training_step divide by the accumulation steps."""
     from transformers import Trainer
     from trl import SFTTrainer
 
-    users = "LossReductionMixin (post_training/loss.py), SFT's loss_reduction: sum and input_tokens"
+    users = "LossReductionMixin (trainer/features/loss_reduction.py), SFT's loss_reduction: sum and input_tokens"
     _check(
         _params(Trainer._get_num_items_in_batch) == ["self", "batch_samples", "device"]
         and "self._get_num_items_in_batch(" in inspect.getsource(Trainer.get_batch_samples),

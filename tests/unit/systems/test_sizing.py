@@ -145,7 +145,9 @@ def test_long_context_grid_hand_computed(capsys):
 def test_sequence_parallel_must_divide_heads_and_length(capsys):
     with pytest.raises(SystemExit) as exit_info:
         sizing.main(["--model", "instella-3b", "--seq_len", "4096", "--sequence_parallel", "3"])
-    assert exit_info.value.code == 2 and "sequence_parallel 3 must divide seq_len (4096)" in capsys.readouterr().err
+    assert exit_info.value.code == 2 and "seq_len 4096 is not divisible by sequence_parallel_size 3" in (
+        capsys.readouterr().err
+    )
 
 
 FINETUNE = dict(micro_batch=4, seq_len=2048, logit_bytes=4, accumulation=8)

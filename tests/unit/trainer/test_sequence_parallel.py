@@ -4,8 +4,8 @@ The collectives (2 and 4 gloo processes) are tested in tests/e2e/test_sequence_p
 import pytest
 import torch
 
-from instella_recipes.trainer import sequence_parallel as spm
-from instella_recipes.trainer.sequence_parallel import SequenceParallel, check_sequence_parallel
+from instella_recipes.trainer.features import sequence_parallel as spm
+from instella_recipes.trainer.features.sequence_parallel import SequenceParallel, check_sequence_parallel
 from modeling_instella import InstellaForCausalLM
 from tests.conftest import tiny_config
 from tests.helpers.flex_uncompiled import use_uncompiled_flex
@@ -65,8 +65,10 @@ def test_authors_chunks_shift_inside_the_chunk_and_fall_back_only_for_short_docu
 
 def test_rows_the_split_cannot_take_are_refused():
     sp = _rank(2, 0, "exact")
-    with pytest.raises(ValueError, match="one row of a multiple of 2 tokens"):
+    with pytest.raises(ValueError, match="SP takes one packed row per micro-step"):
         sp.shard({"input_ids": torch.zeros(2, 8, dtype=torch.long)})
+    with pytest.raises(ValueError, match="a row of 7 is not divisible by sequence_parallel_size 2"):
+        sp.shard({"input_ids": torch.zeros(1, 7, dtype=torch.long)})
     with pytest.raises(ValueError, match="padding-free"):
         sp.shard({"input_ids": torch.zeros(1, 8, dtype=torch.long), "attention_mask": torch.tensor([[1] * 7 + [0]])})
     with pytest.raises(ValueError, match="sequence_parallel_mode 'ring'"):

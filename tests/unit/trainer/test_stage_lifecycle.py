@@ -9,15 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from transformers import TrainingArguments
-from trl import DPOConfig, GRPOConfig, ModelConfig, SFTConfig
 
 from instella_recipes.checkpoint.release import ReleaseArguments, card_data, resolved_hyperparameters
 from instella_recipes.core import RecipeError, parse_recipe, read_manifest
 from instella_recipes.post_training import dpo, sft
 from instella_recipes.post_training.run import CheckedModelConfig
 from instella_recipes.trainer.checkpoints import resolve_resume
-from instella_recipes.trainer.settings import LIBRARY_ROLES, RUN, field_roles, split_report_to
+from instella_recipes.trainer.settings import RUN, field_roles, library_roles, split_report_to
 from instella_recipes.trainer.stage import Stage, common_manifest_fields
 from instella_recipes.training.pretrain import PretrainArguments
 
@@ -39,9 +37,18 @@ def test_every_field_of_every_stage_settings_class_has_a_role(cls):
 
 
 def test_the_library_fields_named_as_run_fields_exist():
-    """A library renaming one of them would silently drop it from identities and cards."""
-    library = {f.name for cls in (TrainingArguments, SFTConfig, DPOConfig, GRPOConfig, ModelConfig) for f in dataclasses.fields(cls)}  # fmt: skip # noqa: E501
-    assert set(LIBRARY_ROLES) <= library, set(LIBRARY_ROLES) - library
+    """Each class names the library fields it uses (`library_roles`, no global list); a library renaming one would
+    silently drop it from identities and cards, so a name the class has no field for is refused."""
+    for cls in SETTINGS:
+        assert set(library_roles(cls)) <= {f.name for f in dataclasses.fields(cls)}
+    assert field_roles(dpo.CheckedDPOConfig)["beta"] == field_roles(PretrainArguments)["weight_decay"] == RUN
+
+    @dataclasses.dataclass
+    class Renamed(dpo.CheckedDPOConfig):
+        library_roles = {"beta_renamed": RUN}
+
+    with pytest.raises(TypeError, match=r"Renamed: library_roles names \['beta_renamed'\]"):
+        field_roles(Renamed)
 
 
 def _sft_settings(cls, tmp_path, *extra):

@@ -129,7 +129,7 @@ def test_olmo_schedules_apply_lr_k_in_update_k(data_dir, tmp_path, kind, warmup,
 
 def test_first_stage1_update_runs_at_4_018e_5():
     # the published stage-1 schedule: 4e-4 peak, warmup 2000 from 10%; update 1 uses lr(1)
-    from instella_recipes.trainer.optim import olmo_scheduler
+    from instella_recipes.trainer.features.optimizer import olmo_scheduler
 
     opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=4e-4)
     olmo_scheduler(opt, warmup_steps=2000, total_steps=969_000, decay="cosine", alpha_f=0.1)
@@ -279,7 +279,7 @@ def test_amd_llama_trains_on_blocks_of_block_size_plus_one(tmp_path):
     blocks = np.fromfile(data / "tokens.bin", dtype=manifest["dtype"]).reshape(-1, 65).astype(np.int64)
     argv = pretrain_argv(
         data, tmp_path / "run", max_steps=1, max_grad_norm=0, save_steps=100, model_config=json.dumps(LLAMA),
-        init="amd_llama", predict_all_positions="true", loss_normalizer="predicted_tokens",
+        init="amd_llama", predict_all_positions="true", loss_reduction="mean",
     )  # fmt: skip
     first = _first_update(argv)
     (batch,) = first["inputs"]
@@ -317,7 +317,7 @@ def test_amd_llama_recipes_run_as_the_released_code(name, steps, batch, per_devi
     assert "4 nodes x 8 GPUs (32)" in (RECIPES / name).read_text().splitlines()[0]
     assert train.lr_scheduler_kwargs == {"alpha_f": 0.1, "warmup_start_factor": 0.0, "lr_step_offset": offset}
     assert train.warmup_steps == 2000
-    assert script.predict_all_positions and script.loss_normalizer == "predicted_tokens"  # 2049-token blocks, mean
+    assert script.predict_all_positions and script.loss_reduction == "mean"  # 2049-token blocks, mean
     prepare = "prepare_data.yaml" if name.endswith("pretrain.yaml") else "prepare_code.yaml"
     assert "seq_len: 2049\n" in (RECIPES / "amd-llama-135m" / prepare).read_text()
 
@@ -327,4 +327,4 @@ def test_instella_stage1_leaves_and_stage2_loads_the_adamw_state():
     s2, _ = _recipe("instella-3b/pretrain_stage2.yaml")
     assert s1.save_optimizer_state and not s1.load_optimizer_state
     assert s2.load_optimizer_state and s2.model_name_or_path
-    assert s1.loss_normalizer == s2.loss_normalizer == "input_tokens"  # B x 4096, instella/train.py:707
+    assert s1.loss_reduction == s2.loss_reduction == "input_tokens"  # B x 4096, instella/train.py:707

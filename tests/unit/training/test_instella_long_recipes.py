@@ -29,7 +29,7 @@ def _common_optimizer(args) -> None:
     assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon, args.weight_decay) == (0.9, 0.95, 1e-8, 0.1)
     assert args.max_grad_norm == 1.0 and args.seed == 6198 and args.per_device_train_batch_size == 1
     assert args.lr_scheduler_kwargs == {"alpha_f": 0.001} and str(args.lr_scheduler_type.value) == "linear"
-    assert args.document_masking and args.loss_normalizer == "input_tokens" and args.gradient_checkpointing
+    assert args.document_masking and args.loss_reduction == "input_tokens" and args.gradient_checkpointing
 
 
 def test_phase1_is_64k_at_rope_514640_for_5000_steps_of_64_rows_with_a_fresh_adamw():

@@ -1,6 +1,7 @@
-"""MDS folders in a training stage (pretraining's and SFT's `mds_streams`, the authors' Instella-Long data read by
-mosaicml-streaming, `data/mds.py`): the recipe fields (`MDSStreamsArguments`), their checks before any work
-(`mds_rows_for`) and the Trainer's dataloader over them (`StreamingRowsMixin`).
+"""MDS streaming (a training feature, `features/__init__.py`): MDS folders in a training stage (pretraining's and SFT's
+`mds_streams`, the authors' Instella-Long data read by mosaicml-streaming, `data/mds.py`): the recipe fields
+(`MDSStreamsArguments`), their checks before any work (`mds_rows_for`) and the Trainer's dataloader over them
+(`StreamingRowsMixin`).
 
 Why the dataloader is ours: streaming's `StreamingDataset` splits an epoch over the ranks itself (the ranks of an SP
 group alike, the authors' `replication`), so its rows must not go through accelerate's sharding of the Trainer's
@@ -19,7 +20,8 @@ from instella_recipes.core.checks import check_range
 from instella_recipes.data import mds
 from instella_recipes.data.tokenizer import load_tokenizer
 
-from .settings import DATA, RUN
+from ..settings import DATA, RUN
+from .feature import Feature
 
 
 @dataclass
@@ -131,3 +133,11 @@ class StreamingRowsMixin:
             num_workers=args.dataloader_num_workers, pin_memory=args.dataloader_pin_memory,
             drop_last=args.dataloader_drop_last,
         )  # fmt: skip
+
+
+FEATURE = Feature(
+    name="mds_streams",
+    settings=MDSStreamsArguments,
+    trainer_mixin=StreamingRowsMixin,
+    trainer_kwargs=lambda stage, data, model: {"streaming_rows": bool(stage.args.mds_streams)},
+)

@@ -1,4 +1,5 @@
-"""Ulysses sequence parallelism, as Instella-Long trains phase 2 and its SFT (the authors' `seq_parallel_size`).
+"""Ulysses sequence parallelism (a training feature, `features/__init__.py`), as Instella-Long trains phase 2 and its
+SFT (the authors' `seq_parallel_size`).
 
 The ranks of one sequence-parallel (SP) group read the same packed row (batch size 1); rank r keeps the contiguous
 chunk r of its tokens. Every layer runs on the chunk except attention, where an all-to-all scatters the heads and
@@ -51,6 +52,8 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from instella_recipes.core.checks import check_choice, check_range
 from instella_recipes.core.errors import RecipeError
 
+from .feature import Feature
+
 SP_MODES = ("authors", "exact")
 ATTENTION_PREFIX = "ulysses_"
 # transformers' attention functions the Ulysses wrapper can run (eager is model-specific and not in the registry).
@@ -59,19 +62,22 @@ _ACTIVE: "SequenceParallel | None" = None
 DROPPED_KEYS = ("attention_mask", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 
 
-def check_sequence_parallel(size: int, seq_len: int | None, world_size: int, config=None, micro_batch: int = 1):
-    """The bad inputs of an SP run, as one message each (ValueError); nothing is started. `config` is the model's."""
+def check_sequence_parallel(
+    size: int, seq_len: int | None, world_size: int, config=None, micro_batch: int = 1, length_field: str = "seq_len"
+):
+    """The one rule of an SP launch: the bad inputs as one message each (ValueError); nothing is started. `seq_len`
+    is what every row's length is a multiple of (named `length_field` in the message), `config` the model's."""
     if size == 1:
         return
+    if seq_len is not None and seq_len % size:
+        raise ValueError(
+            f"{length_field} {seq_len} is not divisible by sequence_parallel_size {size}: each rank keeps an equal "
+            f"chunk of a row (the authors assert the same); choose a multiple of {size}"
+        )
     if world_size % size:
         raise ValueError(
             f"sequence_parallel_size {size} does not divide the world size ({world_size} processes): launch a "
             f"multiple of {size} processes or choose a divisor of {world_size}"
-        )
-    if seq_len is not None and seq_len % size:
-        raise ValueError(
-            f"seq_len {seq_len} is not divisible by sequence_parallel_size {size}: each rank keeps an equal chunk "
-            f"(the authors assert the same); choose a multiple of {size}"
         )
     if micro_batch != 1:
         raise ValueError(
@@ -117,24 +123,25 @@ class SequenceParallelArguments:
             parent()
 
 
-def data_parallel_size(args: SequenceParallelArguments, world_size: int) -> int:
-    """The processes that read different rows: the world over the SP size (the global batch is counted over them)."""
-    return world_size // args.sequence_parallel_size
-
-
-def sequence_parallel_for(args: SequenceParallelArguments, training_args, config, seq_len: int | None):
-    """Check an SP launch (RecipeError naming the field) and make this process's group; None when SP is off.
-    Every process must call it (the groups are made collectively)."""
-    size = args.sequence_parallel_size
+def check_launch(args, row_length: int | None, length_field: str = "seq_len", config=None) -> None:
+    """`check_sequence_parallel` on a stage's settings, as a RecipeError naming the field."""
     try:
         check_sequence_parallel(
-            size, seq_len, training_args.world_size, config, training_args.per_device_train_batch_size
-        )
+            args.sequence_parallel_size, row_length, args.world_size, config, args.per_device_train_batch_size,
+            length_field,
+        )  # fmt: skip
     except ValueError as err:
         raise RecipeError(str(err)) from None
-    if size == 1:
+
+
+def sequence_parallel_for(args: SequenceParallelArguments, config, seq_len: int | None):
+    """Check an SP launch against the model (RecipeError naming the field) and make this process's group; None when
+    SP is off. Every process must call it (the groups are made collectively)."""
+    check_launch(args, seq_len, config=config)
+    if args.sequence_parallel_size == 1:
         return None
-    return SequenceParallel.create(size, args.sequence_parallel_mode, args.force_sequence_parallel)
+    return SequenceParallel.create(args.sequence_parallel_size, args.sequence_parallel_mode,
+                                   args.force_sequence_parallel)  # fmt: skip
 
 
 class SequenceParallel:
@@ -165,10 +172,7 @@ class SequenceParallel:
         the mode (`shift_labels` of the whole row on the exact path; the chunk's own labels for the authors')."""
         ids = inputs["input_ids"]
         batch, seq_len = ids.shape
-        if batch != 1 or seq_len % self.size:
-            raise ValueError(
-                f"sequence parallelism takes one row of a multiple of {self.size} tokens, got {batch}x{seq_len}"
-            )
+        check_sequence_parallel(self.size, seq_len, self.size, micro_batch=batch, length_field="a row of")
         mask = inputs.get("attention_mask")
         if mask is not None and not bool(mask.all()):
             raise ValueError("sequence parallelism takes padding-free rows (documents told apart by position_ids)")
@@ -374,3 +378,26 @@ class SequenceParallelMixin:
     def get_total_train_batch_size(self, args) -> int:
         size = self.sequence_parallel.size if self.sequence_parallel is not None else 1
         return super().get_total_train_batch_size(args) // size
+
+
+def _check_stage(stage) -> None:
+    """Before any work: the launch shape, the rows' length (`stage.row_length()`) and, where the stage read the input
+    model's config already (`stage.input_config`), its heads."""
+    check_launch(stage.args, *stage.row_length(), config=getattr(stage, "input_config", None))
+
+
+def _check_data(stage, data) -> None:
+    """The rows as loaded (a data folder fixes their length): each splits into equal chunks."""
+    check_launch(stage.args, *stage.row_length(data))
+
+
+FEATURE = Feature(
+    name="sequence_parallel",
+    settings=SequenceParallelArguments,
+    trainer_mixin=SequenceParallelMixin,
+    check=_check_stage,
+    check_data=_check_data,
+    trainer_kwargs=lambda stage, data, model: {
+        "sequence_parallel": sequence_parallel_for(stage.args, model.config, stage.row_length(data)[0])
+    },
+)

@@ -1,10 +1,12 @@
-"""Carry AdamW's state from one pretraining stage into the next (Instella stage 1 -> stage 2, SPEC.md 2.1).
+"""Optimizer-state continuation (a training feature, `features/__init__.py`): carry AdamW's state from one stage into
+the next (Instella stage 1 -> stage 2, SPEC.md 2.1; Instella-Long phase 1 -> phase 2 -> SFT).
 
 The authors' stage 2 loads the stage-1 checkpoint with `reset_trainer_state: true` only; `reset_optimizer_state`
 stays False, so the whole AdamW state (first and second moments and each parameter's step count, which sets the bias
 correction) carries over, while the trainer's step counter and LR schedule start anew. Stage 1 writes its final
 optimizer state with `save_optimizer_state: true` to `<output_dir>/optimizer_state/`; stage 2 reads it from
-`<model_name_or_path>/optimizer_state/` with `load_optimizer_state: true`.
+`<model_name_or_path>/optimizer_state/` with `load_optimizer_state: true`, or from `<optimizer_state_from>/
+optimizer_state/` (a run other than the input model's).
 
 The state is a torch.distributed.checkpoint (DCP) checkpoint keyed by parameter name, written through
 `get_optimizer_state_dict` / `set_optimizer_state_dict`: every rank writes its own shards under FSDP2, and the
@@ -12,6 +14,7 @@ reader may run on another world size or sharding (DCP reshards on load), or on o
 The param-group hyperparameters (lr, betas, eps, weight decay) are the new stage's recipe, not the saved ones.
 """
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch.distributed.checkpoint as dcp
@@ -19,8 +22,47 @@ from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, se
 
 from instella_recipes.core import RecipeError
 
+from ..settings import RUN
+from .feature import Feature
+
 OPTIMIZER_DIR = "optimizer_state"
 KEY = "optimizer"
+
+
+@dataclass
+class OptimizerStateArguments:
+    """The recipe fields of optimizer-state continuation; a mixin of the stage's settings class."""
+
+    save_optimizer_state: bool = field(
+        default=False,
+        metadata={"role": RUN, "help": "Write the final AdamW state to <output_dir>/optimizer_state/ (DCP)."},
+    )
+    load_optimizer_state: bool = field(
+        default=False,
+        metadata={
+            "role": RUN,
+            "help": "Start from <model_name_or_path>/optimizer_state/ (moments kept, new step counter/LR).",
+        },
+    )
+    optimizer_state_from: str | None = field(
+        default=None,
+        metadata={
+            "role": RUN,
+            "help": "Instead: start from <this run>/optimizer_state/ (Instella-Long phase 2: phase 1's moments, "
+            "while the model is phase 1's reconfigured to a new RoPE; the Long SFT: phase 2's).",
+        },
+    )
+
+    def __post_init__(self):
+        if self.load_optimizer_state and self.optimizer_state_from:
+            raise ValueError("set load_optimizer_state or optimizer_state_from (the run whose AdamW state), not both")
+        if self.load_optimizer_state and hasattr(self, "model_name_or_path") and not self.model_name_or_path:
+            raise ValueError(
+                "load_optimizer_state: true needs model_name_or_path (the run whose optimizer_state/ to continue)"
+            )
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
 
 
 def torch_optimizer(optimizer):
@@ -136,3 +178,36 @@ class ContinueOptimizerStateMixin:
             load_optimizer_state(self.model, optimizer or self.optimizer, self.optimizer_state_from)
             self.optimizer_state_from = None
         return super().create_scheduler(num_training_steps, optimizer)
+
+
+def _input_model(stage) -> str | None:
+    return getattr(stage.model_args, "model_name_or_path", None) or getattr(stage.args, "model_name_or_path", None)
+
+
+def check_stage(stage) -> None:
+    """Before any work: the optimizer_state/ folder to continue, checked, kept as `stage.optimizer_state`."""
+    args = stage.args
+    stage.optimizer_state = None
+    if (args.load_optimizer_state or args.optimizer_state_from) and getattr(stage.model_args, "use_peft", False):
+        raise RecipeError("optimizer_state_from continues a full model's AdamW state: not with LoRA (use_peft)")
+    if args.load_optimizer_state:
+        stage.optimizer_state = check_optimizer_state(Path(_input_model(stage) or "") / OPTIMIZER_DIR)
+    if args.optimizer_state_from:
+        folder = Path(args.optimizer_state_from) / OPTIMIZER_DIR
+        stage.optimizer_state = check_optimizer_state(folder, "optimizer_state_from")
+
+
+def save_stage(stage, trainer) -> None:
+    """Every rank writes its shards of the final AdamW state (`save_optimizer_state`), before the manifest."""
+    if stage.args.save_optimizer_state:
+        save_optimizer_state(trainer.model, trainer.optimizer, stage.output_dir / OPTIMIZER_DIR)
+
+
+FEATURE = Feature(
+    name="optimizer_state",
+    settings=OptimizerStateArguments,
+    trainer_mixin=ContinueOptimizerStateMixin,
+    check=check_stage,
+    trainer_kwargs=lambda stage, data, model: {"optimizer_state_from": getattr(stage, "optimizer_state", None)},
+    save_extras=save_stage,
+)

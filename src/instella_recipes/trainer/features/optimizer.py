@@ -1,4 +1,7 @@
-"""Instella's optimizer and LR schedule through the Trainer's extension points (works for Trainer and TRL trainers).
+"""Instella's optimizer and LR schedule (a training feature every stage carries, `features/__init__.py`), through the
+Trainer's extension points (works for Trainer and TRL trainers). Its settings are the library's own fields
+(`learning_rate`, `weight_decay`, `adam_beta1/2`, `adam_epsilon`, `max_grad_norm`, `optim`, `lr_scheduler_type`,
+`lr_scheduler_kwargs`, `warmup_steps`); its settings mixin `OptimizerArguments` gives them their role (`run`).
 
 - Weight decay on **every** parameter, norms and embeddings included (the Trainer exempts norms and biases).
 - The OLMo schedule: linear warmup from `warmup_start_factor` (0.1) x peak to the peak, then cosine or linear decay
@@ -19,12 +22,16 @@ authors' and only the indexing is ours.
 """
 
 import math
+from dataclasses import dataclass
 from functools import partial
 
 from torch.optim.lr_scheduler import LambdaLR
 
 from instella_recipes.core import RecipeError
 from instella_recipes.core.checks import check_range
+
+from ..settings import RUN
+from .feature import Feature
 
 OLMO_STEP_OFFSET = 1.0
 
@@ -86,11 +93,25 @@ def check_schedule_kwargs(kwargs: dict | None) -> None:
     check_range("lr_scheduler_kwargs.lr_step_offset", offset, 0, 1, hint="OLMo 1, lit_gpt 1 - 1/accumulation")
 
 
+@dataclass
+class OptimizerArguments:
+    """The optimizer's settings: the library's fields, each defining the run (`trainer/settings.py`)."""
+
+    library_roles = dict.fromkeys(
+        ("learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "weight_decay", "adam_beta1",
+         "adam_beta2", "adam_epsilon", "max_grad_norm", "optim"),
+        RUN,
+    )  # fmt: skip
+
+
 class InstellaOptimMixin:
-    """Mix into a `Trainer` (or TRL's `SFTTrainer` / `DPOTrainer`) before the trainer class:
+    """Mix into a `Trainer` (or TRL's `SFTTrainer` / `DPOTrainer` / `GRPOTrainer`) before the trainer class:
     `class MyTrainer(InstellaOptimMixin, SFTTrainer): ...`."""
 
     def get_decay_parameter_names(self, model) -> list[str]:
+        """Every parameter decays, norms (`q_norm`, `k_norm`, `model.norm`) and embeddings included: OLMo's
+        `decay_norm_and_bias` as Instella set it, open-instruct's and VERL's `AdamW(model.parameters(),
+        weight_decay=...)` (VERL `fsdp_workers.py` L312-316); the Trainer would exempt norms and biases."""
         return [name for name, _ in model.named_parameters()]
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
@@ -111,3 +132,11 @@ class InstellaOptimMixin:
             self._created_lr_scheduler = True
             return self.lr_scheduler
         return super().create_scheduler(num_training_steps, optimizer)
+
+
+FEATURE = Feature(
+    name="optimizer",
+    settings=OptimizerArguments,
+    trainer_mixin=InstellaOptimMixin,
+    check=lambda stage: check_schedule_kwargs(stage.args.lr_scheduler_kwargs),
+)
