@@ -166,6 +166,7 @@ class SFTStage(PostTrainingStage):
         """mds_streams: the shards (to name a changed one); a chat mixture: its source files (`Stage`)."""
         files = data.report.get("data_files") if data is not None else None
         return files if files is not None else super().data_files(data)
+
     def row_length(self, data=None) -> tuple[int | None, str]:
         """MDS rows are cut at `max_length`; chat rows are padded to a multiple of `pad_to_multiple_of`."""
         if self.args.mds_streams:

@@ -61,6 +61,8 @@ def check_fits_positions(config, tokens: int, what: str, fix: str) -> None:
         raise RecipeError(
             f"{what} = {tokens} tokens exceed the model's max_position_embeddings {limit} ({name}): {fix}"
         )
+
+
 def readers(args) -> int:
     """The processes that read different rows: the world size over the sequence-parallel size (the ranks of an SP
     group read the same row; a stage without the SP feature: the world)."""

@@ -60,8 +60,7 @@ from instella_recipes.data.token_files import describe_data_change
 from instella_recipes.trainer import features
 from instella_recipes.trainer.callbacks import PreemptionCallback
 from instella_recipes.trainer.checkpoints import STAGING, complete_checkpoints, resolve_resume
-from instella_recipes.trainer.checks import check_attention
-from instella_recipes.trainer.checks import rows_per_step
+from instella_recipes.trainer.checks import check_attention, rows_per_step
 from instella_recipes.trainer.settings import DATA, RUN, field_roles, values_with_role
 
 logger = get_logger(__name__)
