@@ -1,4 +1,4 @@
-"""An optimizer-state folder (`optimizer_state_from`, `load_optimizer_state`; trainer/optimizer_state.py) is checked
+"""An optimizer-state folder (`optimizer_state_from`, `load_optimizer_state`; trainer/features/optimizer_state.py) is checked
 before training: a truncated data file or `.metadata` and a state saved from another model shape are one
 `RecipeError` naming the folder (and the parameter), never a traceback in DCP's load."""
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from instella_recipes.core import RecipeError
-from instella_recipes.trainer.optimizer_state import (
+from instella_recipes.trainer.features.optimizer_state import (
     check_optimizer_shapes,
     check_optimizer_state,
     load_optimizer_state,
