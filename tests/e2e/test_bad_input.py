@@ -267,7 +267,6 @@ def _issue42_world(root) -> dict:
     """Issue 42's optimizer states (`optimizer_state_from`): one saved from the tiny model with another MLP width,
     and a copy of it whose data file was cut."""
     from instella_recipes.trainer.features.optimizer_state import OPTIMIZER_DIR, save_optimizer_state
-
     from tests.helpers.pretrain_utils import TINY_MODEL
 
     model = InstellaForCausalLM(InstellaConfig(**{**TINY_MODEL, "intermediate_size": 96}))

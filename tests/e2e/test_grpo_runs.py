@@ -43,9 +43,9 @@ def test_tiny_grpo_raises_reward_on_its_training_prompts(tiny_model_dir, tmp_pat
 
 
 def test_tiny_grpo_with_verl_dynamic_micro_batches(tiny_model_dir, tmp_path):
-    """`use_dynamic_bsz` (the published stages' VERL micro-batching, post_training/dynamic_batching.py) at toy scale:
-    each update's 32 completions (4 slices of 8) cut into token-balanced micro-batches of at most 160 tokens; the run
-    exits 0, logs rewards and the number of micro-batches, and the reward rises as on the fixed slices."""
+    """`use_dynamic_bsz` (the published stages' VERL micro-batching, trainer/features/dynamic_batching.py) at toy
+    scale: each update's 32 completions (4 slices of 8) cut into token-balanced micro-batches of at most 160 tokens;
+    the run exits 0, logs rewards and the number of micro-batches, and the reward rises as on the fixed slices."""
     out = tmp_path / "grpo"
     grpo(tiny_model_dir, out, "--reward_funcs", "tests.helpers.grpo_rewards.digit_share", "--max_steps", "12",
          "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "4",

@@ -1,7 +1,7 @@
-"""Ulysses sequence parallelism (trainer/features/sequence_parallel.py) on 2 and 4 gloo processes against one process and
-against the authors' split, computed by their `get_sequence_parallel_inputs` (tests/helpers/instella_long_oracle.py,
-copied from AMD-AIG-AIMA/Instella instella-long 560ebe7). The worker (tests/helpers/sp_worker.py) runs a float64 tiny
-Instella on one packed row; see its docstring for the cases."""
+"""Ulysses sequence parallelism (trainer/features/sequence_parallel.py) on 2 and 4 gloo processes against one process
+and against the authors' split, computed by their `get_sequence_parallel_inputs`
+(tests/helpers/instella_long_oracle.py, copied from AMD-AIG-AIMA/Instella instella-long 560ebe7). The worker
+(tests/helpers/sp_worker.py) runs a float64 tiny Instella on one packed row; see its docstring for the cases."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""Test-only probe of GRPO's dynamic micro-batching (post_training/dynamic_batching.py) against VERL's
+"""Test-only probe of GRPO's dynamic micro-batching (trainer/features/dynamic_batching.py) against VERL's
 (tests/helpers/verl_seqlen_balancing.py): rollouts in TRL's layout with long-reasoning lengths, the mixin on a stand-in
 for what it uses of GRPOTrainer, and each response's weight in the loss on both sides, read off as the gradient of a
 per-response probe (every token of response i has loss x_i: d loss / d x_i / tokens of i is the response's weight).
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 
-from instella_recipes.post_training.dynamic_batching import DynamicMicroBatching
+from instella_recipes.trainer.features.dynamic_batching import DynamicMicroBatching
 from tests.helpers import verl_seqlen_balancing as verl
 
 BUDGET, PROMPT, RESPONSE = 17000, 512, 16000  # run_grpo_multi_nodes.sh L118-119, L127

@@ -47,11 +47,10 @@ from instella_recipes.data.sources import PRETRAINING_ONLY, SourceSpec, load_row
 # `final_answer_reward` stays importable here: recipes name it by its old dotted path (rewards/ is its home)
 from instella_recipes.rewards import final_answer_reward, ground_truth_problem, load_reward_funcs  # noqa: F401
 from instella_recipes.trainer.checks import check_fits_positions
-from instella_recipes.trainer.features import fp32_reduce, optimizer, settings_mixins, trainer_mixins
+from instella_recipes.trainer.features import dynamic_batching, fp32_reduce, optimizer, settings_mixins, trainer_mixins
 from instella_recipes.trainer.settings import DATA, LAUNCH, RUN
 from instella_recipes.trainer.stage import Stage, run_stage
 
-from .dynamic_batching import DynamicBatchingSettings, DynamicMicroBatching
 from .grpo_signal import RewardSignal
 from .run import (
     CheckedModelConfig,
@@ -75,12 +74,14 @@ GROUND_TRUTH = "ground_truth"
 # GRPO's training features, in order (`trainer/features/`): Instella's optimizer, i.e. AdamW decay on every parameter
 # as VERL's FSDP worker (`fsdp_workers.py` L312-316: `AdamW(actor_module.parameters(), weight_decay=...)`, norms
 # included; betas, epsilon and clipping are the recipe's, as VERL's actor.optim), and the fp32 gradient reduce.
+# VERL's dynamic micro-batches come first: the outermost Trainer mixin, they run TRL's slices of an update as their
+# own token-balanced micro-batches (`use_dynamic_bsz`; off: TRL's fixed slices).
 # `CheckedGRPOConfig`, `InstellaGRPOTrainer` and `GRPOStage` derive from this tuple.
-FEATURES = (fp32_reduce.FEATURE, optimizer.FEATURE)
+FEATURES = (dynamic_batching.FEATURE, fp32_reduce.FEATURE, optimizer.FEATURE)
 
 
 @dataclass
-class CheckedGRPOConfig(DynamicBatchingSettings, PostTrainingInputs, *settings_mixins(FEATURES), GRPOConfig):
+class CheckedGRPOConfig(PostTrainingInputs, *settings_mixins(FEATURES), GRPOConfig):
     """The GRPO stage's settings: TRL's GRPOConfig (its own names for everything TRL has: `num_generations`,
     `max_completion_length`, `beta`, `epsilon`, `epsilon_high`, `delta`, `loss_type`, ...), the post-training fields
     every post-training stage shares (`PostTrainingInputs`: `sources` (prompt sets), `tokenizer_name_or_path`,
@@ -173,10 +174,10 @@ def clamped_k3(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor,
     return torch.clamp(torch.exp(log_ratio) - log_ratio - 1, min=-clamp, max=clamp)
 
 
-class InstellaGRPOTrainer(DynamicMicroBatching, *trainer_mixins(FEATURES), GRPOTrainer):
+class InstellaGRPOTrainer(*trainer_mixins(FEATURES), GRPOTrainer):
     """GRPOTrainer with GRPO's training features (`FEATURES`: VERL's AdamW decay on every parameter, the fp32
-    reduce), VERL's advantage epsilon and clamped KL (module docstring), VERL's dynamic micro-batches
-    (`DynamicMicroBatching`, `use_dynamic_bsz`) and, with a vLLM newer than TRL's tested range
+    reduce, VERL's dynamic micro-batches with `use_dynamic_bsz`), VERL's advantage epsilon and clamped KL (module
+    docstring) and, with a vLLM newer than TRL's tested range
     in colocate mode, weight syncs through vLLM's reload (`ReloadingVLLMGeneration`); everything else is TRL's."""
 
     def __init__(self, *args, advantage_epsilon: float | None = 1e-6, kl_clamp: float | None = 10.0, **kwargs):

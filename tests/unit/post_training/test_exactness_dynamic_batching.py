@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from instella_recipes.core import RecipeError
-from instella_recipes.post_training.dynamic_batching import balanced_partitions
+from instella_recipes.trainer.features.dynamic_batching import balanced_partitions
 from tests.helpers import verl_core_algos as verl_core
 from tests.helpers import verl_seqlen_balancing as verl
 from tests.helpers.dynamic_batching_probe import ACCUMULATION, PROMPT, RESPONSE, compare, rollouts

@@ -53,12 +53,13 @@ def test_each_stage_composes_its_declared_features_and_carries_the_required_ones
 
 
 def test_the_stages_take_the_features_decided_for_them():
-    """Pretraining and SFT take all six; DPO and GRPO the optimizer and the fp32 reduce only (no SP, MDS, continued
-    AdamW state or token-sum divisor in the authors' DPO/GRPO)."""
+    """Pretraining and SFT take the six of the token stages; DPO and GRPO the optimizer and the fp32 reduce (no SP,
+    MDS, continued AdamW state or token-sum divisor in the authors' DPO/GRPO); GRPO also VERL's dynamic
+    micro-batches."""
     names = {c.name: [f.name for f in c.features] for c in training_stages()}
     every = ["mds_streams", "sequence_parallel", "optimizer_state", "fp32_reduce", "optimizer", "loss_reduction"]
     assert names == {"pretrain": every, "sft": every, "dpo": ["fp32_reduce", "optimizer"],
-                     "grpo": ["fp32_reduce", "optimizer"]}  # fmt: skip
+                     "grpo": ["dynamic_micro_batches", "fp32_reduce", "optimizer"]}  # fmt: skip
 
 
 def test_a_stage_that_lacks_a_required_feature_or_strays_from_its_tuple_is_named():

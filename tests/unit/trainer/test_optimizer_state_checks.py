@@ -1,5 +1,5 @@
-"""An optimizer-state folder (`optimizer_state_from`, `load_optimizer_state`; trainer/features/optimizer_state.py) is checked
-before training: a truncated data file or `.metadata` and a state saved from another model shape are one
+"""An optimizer-state folder (`optimizer_state_from`, `load_optimizer_state`; trainer/features/optimizer_state.py) is
+checked before training: a truncated data file or `.metadata` and a state saved from another model shape are one
 `RecipeError` naming the folder (and the parameter), never a traceback in DCP's load."""
 
 import pytest

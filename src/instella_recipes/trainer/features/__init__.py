@@ -34,7 +34,7 @@ the features every training stage must (`REQUIRED`). The design is OLMo-core's c
 a fixed loop (here the Trainer's and `trainer/stage.py`'s) with the features plugged in at named points.
 """
 
-from . import fp32_reduce, loss_reduction, mds_streams, optimizer, optimizer_state, sequence_parallel
+from . import dynamic_batching, fp32_reduce, loss_reduction, mds_streams, optimizer, optimizer_state, sequence_parallel
 from .feature import (
     Feature,
     manifest_fields,
@@ -53,6 +53,7 @@ ALL = (
     fp32_reduce.FEATURE,
     optimizer.FEATURE,
     loss_reduction.FEATURE,
+    dynamic_batching.FEATURE,
 )
 # What every training stage carries (tests/unit/repo/test_training_features.py): the authors' optimizer (decay on
 # every parameter, the schedule's step indexing) and the fp32 gradient reduce under FSDP + bf16.

@@ -1,7 +1,8 @@
-"""VERL's dynamic micro-batching (`actor.use_dynamic_bsz`, `ppo_max_token_len_per_gpu`) for TRL's GRPOTrainer: each
-process's mini-batch (the completions of one optimizer update) is cut into token-balanced micro-batches instead of
-TRL's fixed `per_device_train_batch_size` slices, and each micro-batch's token-mean loss is weighted by its share of
-the mini-batch's sequences, as the Instella-Math authors ran it (docs/grpo.md "Loss aggregation").
+"""A training feature (GRPO's): VERL's dynamic micro-batching (`actor.use_dynamic_bsz`, `ppo_max_token_len_per_gpu`)
+for TRL's GRPOTrainer: each process's mini-batch (the completions of one optimizer update) is cut into token-balanced
+micro-batches instead of TRL's fixed `per_device_train_batch_size` slices, and each micro-batch's token-mean loss is
+weighted by its share of the mini-batch's sequences, as the Instella-Math authors ran it (docs/grpo.md "Loss
+aggregation").
 
 The authors' VERL copy ([MATH] AMD-AIG-AIMA/Instella-Math 65534d3):
 - `verl/verl/utils/seqlen_balancing.py` `rearrange_micro_batches`: K = ceil(sum of the sequences' lengths, prompt +
@@ -32,7 +33,9 @@ import torch
 import torch.distributed as dist
 
 from instella_recipes.core import RecipeError
-from instella_recipes.trainer.settings import RUN
+
+from ..settings import RUN
+from .feature import Feature
 
 
 @dataclass
@@ -262,3 +265,7 @@ class DynamicMicroBatching:
         if self._step % self.current_gradient_accumulation_steps == 0:
             self._metrics["train"]["step_time"].append(self._current_train_step_time)
             self._current_train_step_time = 0.0
+
+
+# GRPO's (the only stage whose micro-batches are responses of varied length); its mixin reads `self.args`
+FEATURE = Feature(name="dynamic_micro_batches", settings=DynamicBatchingSettings, trainer_mixin=DynamicMicroBatching)
