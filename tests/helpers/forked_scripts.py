@@ -13,6 +13,7 @@ import importlib
 import json
 import os
 import runpy
+import signal
 import sys
 import tempfile
 import traceback
@@ -43,6 +44,7 @@ def run(script: str, args: list[str]) -> dict:
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
+        signal.alarm(300)  # a child that hangs (a lock held across the fork) ends with SIGALRM, named by its code
         os.dup2(out.fileno(), 1)
         os.dup2(err.fileno(), 2)
         code = 1
