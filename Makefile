@@ -83,10 +83,10 @@ demo-record: setup
 	sed '/^!\[/d' runs/demo/report.md > docs/demo_report.md
 
 # The vLLM tests use .venv-vllm (or $INSTELLA_VLLM_PYTHON); where it cannot be built they skip with a reason.
-# TEST_WORKERS pytest-xdist workers (default 2, the CI machine's cores; TEST_WORKERS=0: one process): about half the
-# e2e tier's time is single-threaded (subprocess start-ups, imports, tiny models) or waiting on Slurm, so a second
-# worker fills the second core. A module's tests stay on one worker (its fixtures built once), the Slurm modules on
-# one together (one private cluster): tests/conftest.py `worker_group`.
+# TEST_WORKERS pytest-xdist workers (default 2, the CI machine's cores; TEST_WORKERS=0: one process, the better choice
+# on a machine other jobs keep busy): in one process the suite keeps about one of the 2 cores busy (single-threaded
+# tiny models, subprocess start-ups, Slurm waits; CONTRIBUTING.md "Test time"). A module's tests stay on one worker
+# (its fixtures built once), the Slurm modules on one together (one private cluster): tests/conftest.py `worker_group`.
 TEST_WORKERS ?= 2
 PYTEST_XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope,)
 test: setup sandbox-tools slurm-tools
