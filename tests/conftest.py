@@ -27,8 +27,8 @@ def worker_group(nodeid: str) -> str:
     """The worker group of a test under `pytest -n N --dist loadscope` (`make test`): its module, so that a module's
     fixtures (a prepared folder, the runs its tests read) are built once; the Slurm modules (tests/e2e/*slurm*.py,
     whose tests use the private cluster `slurm_cluster`) share one group, so the run starts one cluster, as without
-    xdist. That group goes first: it is the longest and mostly waits on the scheduler, so the other worker's tests
-    fill the cores meanwhile."""
+    xdist. That group goes first: it is the longest (its jobs run a whole tiny pipeline), so started last it would end
+    the run alone."""
     module = nodeid.split("::")[0]
     return "slurm" if module.startswith("tests/e2e/") and "slurm" in Path(module).name else module
 
