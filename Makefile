@@ -111,16 +111,22 @@ demo-record: setup
 	sed '/^!\[/d' runs/demo/report.md > docs/demo_report.md
 
 # The vLLM tests use .venv-vllm (or $INSTELLA_VLLM_PYTHON); where it cannot be built they skip with a reason.
+# TEST_WORKERS pytest-xdist workers (default 2, the CI machine's cores; TEST_WORKERS=0: one process, the better choice
+# on a machine other jobs keep busy): in one process the suite keeps about one of the 2 cores busy (single-threaded
+# tiny models, subprocess start-ups, Slurm waits; CONTRIBUTING.md "Test time"). A module's tests stay on one worker
+# (its fixtures built once), the Slurm modules on one together (one private cluster): tests/conftest.py `worker_group`.
+TEST_WORKERS ?= 2
+PYTEST_XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope,)
 test: setup sandbox-tools slurm-tools
 	@$(MAKE) --no-print-directory vllm-env || echo "note: the vLLM venv could not be built (make vllm-env); vLLM tests will skip"
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q tests/unit tests/e2e  # the unit tier first: a broken unit fails in about a minute
+	$(PY) -m pytest -q $(PYTEST_XDIST) tests/unit tests/e2e  # the unit tier first: a broken unit fails in about a minute
 
 # The unit tier (CONTRIBUTING.md): one package at a time, in-process, under 2 minutes on 2 cores; run it before every
 # commit. `make test` runs it too, with the end-to-end tier (tests/e2e) and the lint.
 test-unit: setup
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q $(PYTEST_XDIST) tests/unit
 
 # One GPU: Instella-3B train-step tokens/s and MFU (sdpa/flash-attn, compile, activation checkpointing, largest
 # micro-batch), Instella vs Olmo2/Llama, Liger vs plain, speculative-decoding costs, the step time of the one-GPU

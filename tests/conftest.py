@@ -23,6 +23,44 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(2)
 
 
+def worker_group(nodeid: str) -> str:
+    """The worker group of a test under `pytest -n N --dist loadscope` (`make test`): its module, so that a module's
+    fixtures (a prepared folder, the runs its tests read) are built once; the Slurm modules (tests/e2e/*slurm*.py,
+    whose tests use the private cluster `slurm_cluster`) share one group, so the run starts one cluster, as without
+    xdist. That group goes first: it is the longest (its jobs run a whole tiny pipeline), so started last it would end
+    the run alone."""
+    module = nodeid.split("::")[0]
+    return "slurm" if module.startswith("tests/e2e/") and "slurm" in Path(module).name else module
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test on the private Slurm cluster lives in a tests/e2e file named *slurm* (`worker_group`)."""
+    for item in items:
+        if "slurm_cluster" in getattr(item, "fixturenames", ()) and worker_group(item.nodeid) != "slurm":
+            raise pytest.UsageError(f"{item.nodeid} uses slurm_cluster: move it to a tests/e2e/*slurm*.py file")
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's loadscope scheduler, grouped by `worker_group` (xdist's loadgroup marks do not reach
+    pytest 9's node ids), the Slurm group first and the rest in collection order (the unit tier first)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if "slurm" in self.workqueue:  # an OrderedDict of the groups not yet sent
+                self.workqueue.move_to_end("slurm", last=False)
+            super()._assign_work_unit(node)
+
+    config.option.loadscopereorder = False  # collection order, not the most-parametrized module first
+    return ModuleScheduling(config, log)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def token_check_cache(tmp_path_factory):
     """The token-file check cache (`data/integrity.py`) of this test session, not the user's ~/.cache; subprocesses

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from instella_recipes.trainer.checkpoints import find_resume_checkpoint
 from instella_recipes.training.pretrain import main
-from tests.helpers.pretrain_utils import prepare_tiny, pretrain_argv, resume_on_one_process
+from tests.helpers.pretrain_utils import pretrain_argv, resume_on_one_process
 
 ROOT = Path(__file__).resolve().parents[2]
 KILL = ["--plugins", "instella_recipes.training.fault_injection:kill_at_step"]
@@ -24,8 +24,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return prepare_tiny(tmp_path_factory.mktemp("data"))
+def data_dir(tiny_pretrain_data):
+    return tiny_pretrain_data  # the data of tiny_pretrain_reference (tests/e2e/conftest.py)
 
 
 def _env():
@@ -52,9 +52,8 @@ def _weights(folder):
     return load_file(Path(folder) / "model.safetensors")
 
 
-def test_sigkill_then_resume_matches_an_uninterrupted_run_bit_for_bit(data_dir, tmp_path):
-    reference = tmp_path / "reference"
-    assert main(pretrain_argv(data_dir, reference, max_steps=8, save_steps=2)) == 0
+def test_sigkill_then_resume_matches_an_uninterrupted_run_bit_for_bit(data_dir, tiny_pretrain_reference, tmp_path):
+    reference = tiny_pretrain_reference  # 8 steps, no checkpoint: saving does not change what a run computes
 
     run = tmp_path / "killed"
     plugin_args = ["--plugin_args", json.dumps({"kill_step": 5, "once_file": str(tmp_path / "killed-once")})]
@@ -96,7 +95,7 @@ def test_two_process_run_checkpoints_and_resumes_on_one_process(data_dir, tmp_pa
     argv = pretrain_argv(data_dir, two, max_steps=4, save_steps=2, per_device_train_batch_size=2)
     # accelerate's multi-CPU launcher needs srun/MPI (accelerate_configs/cpu_2proc_srun.yaml); torchrun is the launcher
     # accelerate uses for GPUs, and with use_cpu the Trainer's Accelerator runs gloo across the 2 processes.
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517"]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]  # a free port
     done = _run([*launch, "scripts/pretrain.py", *argv])
     assert done.returncode == 0, done.stderr[-3000:]
     assert (two / "checkpoint-2" / "rng_state_1.pth").is_file() and (two / "manifest.json").is_file()
@@ -143,13 +142,14 @@ def _wait_for_lock(path: Path, limit: float = 120.0) -> bool:
     return False
 
 
-def test_sigkill_of_the_pipeline_runner_gives_the_stage_its_sigterm_checkpoint(data_dir, tmp_path):
+def test_sigkill_of_the_pipeline_runner_gives_the_stage_its_sigterm_checkpoint(
+    data_dir, tiny_pretrain_reference, tmp_path
+):
     """Issue 24.9: the runner SIGKILLed while it runs a pretraining stage (by the stage itself, at the end of step 2,
     so the moment is exact): the stage gets SIGTERM (PR_SET_PDEATHSIG, the watchdog), keeps a reader for its output
     (the watchdog copies it into the log) and takes the path of a direct SIGTERM: a checkpoint, no manifest. The next
     run of the pipeline resumes from it, bit for bit as an uninterrupted run."""
-    reference = tmp_path / "reference"
-    assert main(pretrain_argv(data_dir, reference, max_steps=8, save_steps=100)) == 0
+    reference = tiny_pretrain_reference  # the same command, uninterrupted
     args = dict(zip(*[iter(pretrain_argv(data_dir, "x", max_steps=8, save_steps=100))] * 2))
     recipe = {key[2:]: value for key, value in args.items() if key != "--output_dir"}
     recipe["plugins"] = ["instella_recipes.training.fault_injection:kill_at_step"]

@@ -18,7 +18,7 @@ from instella_recipes.pipeline.cli import main
 from instella_recipes.pipeline.graph import load_pipeline
 from instella_recipes.pipeline.slurm import resources
 from instella_recipes.training.pretrain import main as pretrain_main
-from tests.helpers.pretrain_utils import prepare_tiny, pretrain_argv, resume_on_one_process
+from tests.helpers.pretrain_utils import pretrain_argv, resume_on_one_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,8 +33,8 @@ ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLIN
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return prepare_tiny(tmp_path_factory.mktemp("data"))
+def data_dir(tiny_pretrain_data):
+    return tiny_pretrain_data  # the data of tiny_pretrain_reference (tests/e2e/conftest.py)
 
 
 def _pipeline(tmp_path, stages, **top) -> Path:
@@ -135,11 +135,10 @@ def test_tiny_pipeline_through_slurm_then_resubmission_skips(tmp_path, capsys):
 
 
 @needs_slurm
-def test_preempted_training_is_requeued_and_ends_bit_exact(tmp_path, data_dir, capsys):
+def test_preempted_training_is_requeued_and_ends_bit_exact(tmp_path, data_dir, tiny_pretrain_reference, capsys):
     """Slurm sends USR1 to the batch shell at step 3 (as at `--signal=B:USR1@s` before the time limit): the run
     saves a checkpoint and exits 0, the job requeues itself, restarts (SLURM_RESTART_COUNT=1) and resumes."""
-    reference = tmp_path / "reference"
-    assert pretrain_main(pretrain_argv(data_dir, reference, max_steps=8, save_steps=100)) == 0
+    reference = tiny_pretrain_reference  # the same command, uninterrupted
     args = _pretrain_args(data_dir, max_steps=8, save_steps=100)
     args.update(
         plugins="instella_recipes.training.fault_injection:kill_at_step",

@@ -53,25 +53,29 @@ class _Killer(TrainerCallback):
             return
         if int(os.environ.get("RANK", "0")) != self.rank:
             if self.sig == "SLURM":  # the other ranks hold the step too until the batch shell's relay reached them
-                _await_usr1(lambda: None)
+                _await_signal(lambda: None)
             return
         if self.once_file:  # a test that acts on the fault (e.g. takes the node away) waits for this file
             if os.path.exists(self.once_file):
                 return
             open(self.once_file, "w").close()
         if self.sig == "SLURM":  # a real Slurm pre-emption: Slurm signals the job's batch shell, as at the time limit
-            _await_usr1(lambda: subprocess.run(["scancel", "--batch", "--signal=USR1", os.environ["SLURM_JOB_ID"]],
-                                               check=True))  # fmt: skip
+            _await_signal(lambda: subprocess.run(["scancel", "--batch", "--signal=USR1", os.environ["SLURM_JOB_ID"]],
+                                                 check=True))  # fmt: skip
             return
-        os.kill(os.getppid() if self.target == "parent" else os.getpid(), self.sig)
+        if self.target == "parent":  # the parent's death reaches this stage as a SIGTERM (PR_SET_PDEATHSIG, the
+            # pipeline's watchdog) only once the dying parent is scheduled: hold the step until it has arrived
+            _await_signal(lambda: os.kill(os.getppid(), self.sig), signal.SIGTERM)
+            return
+        os.kill(os.getpid(), self.sig)
 
 
-def _await_usr1(request, timeout: float = 60.0) -> None:
-    """Call `request` (which makes someone else send this process SIGUSR1) and hold this step until the signal has
+def _await_signal(request, sig: signal.Signals = signal.SIGUSR1, timeout: float = 60.0) -> None:
+    """Call `request` (which makes someone else send this process `sig`) and hold this step until the signal has
     arrived and the run's own handler has seen it: delivery through slurmctld and the batch shell is asynchronous,
     and a tiny run would otherwise finish before it lands, so the test would not test pre-emption at all."""
     arrived = False
-    previous = signal.getsignal(signal.SIGUSR1)
+    previous = signal.getsignal(sig)
 
     def chained(signum, frame):
         nonlocal arrived
@@ -79,14 +83,14 @@ def _await_usr1(request, timeout: float = 60.0) -> None:
         if callable(previous):
             previous(signum, frame)
 
-    signal.signal(signal.SIGUSR1, chained)
+    signal.signal(sig, chained)
     try:
         request()
         deadline = time.monotonic() + timeout
         while not arrived and time.monotonic() < deadline:
             time.sleep(0.05)
     finally:
-        signal.signal(signal.SIGUSR1, previous)
+        signal.signal(sig, previous)
 
 
 class _SignalAtTrainEnd(TrainerCallback):

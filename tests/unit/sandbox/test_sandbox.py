@@ -5,6 +5,7 @@ isolation holds on its own. Program uids are leased per run: tests look only at 
 
 import json
 import os
+import select
 import shutil
 import threading
 from pathlib import Path
@@ -153,7 +154,12 @@ def test_unprivileged_user_gets_the_same_isolation():
 @needs_bwrap
 def test_a_dead_worker_is_replaced():
     with SandboxPool(SandboxConfig(workers=1, wall_seconds=5)) as pool:
-        pool._workers[0].proc.kill()  # the sandbox itself dies (OOM killer, a bug...)
+        proc = pool._workers[0].proc
+        proc.kill()  # the sandbox itself dies (OOM killer, a bug...)
+        proc.wait()
+        # bwrap's child (the worker, --die-with-parent) dies a moment later and may still answer until then: wait for
+        # its end of the pipe to close, so the next run meets a dead sandbox however loaded the machine is
+        assert select.select([proc.stdout], [], [], 60)[0] and proc.stdout.read() == b""
         lost = pool.run("def answer():\n    return 1\n", [{}])
         assert lost.reason == "crashed" and not lost.results[0].ok
         assert pool.run("def answer():\n    return 2\n", [{}]).results[0].value == 2
