@@ -10,7 +10,7 @@ TORCH_INDEX ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup vllm-env grpo-vllm-env sandbox-tools slurm-tools slurm-local slurm-stop demo demo-record test test-unit lint format clean bench-gpu
+.PHONY: setup vllm-env grpo-vllm-env sandbox-tools slurm-tools liger-tools slurm-local slurm-stop demo demo-record test test-unit lint format clean bench-gpu
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -117,7 +117,13 @@ demo-record: setup
 # (its fixtures built once), the Slurm modules on one together (one private cluster): tests/conftest.py `worker_group`.
 TEST_WORKERS ?= 2
 PYTEST_XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope,)
-test: setup sandbox-tools slurm-tools
+# liger-kernel (extra `liger`, Triton with it) installs and imports without a GPU: the suite checks Instella's entry in
+# its table and the module swap on CPU (tests/unit/trainer/test_liger.py; its kernels run on GPUs only, those skip).
+liger-tools: setup
+	@$(PY) -c "import liger_kernel, triton" 2>/dev/null || $(PY) -m pip install -q -c constraints.txt liger-kernel \
+		|| echo "note: liger-kernel not installed; the Liger tests will skip"
+
+test: setup sandbox-tools slurm-tools liger-tools
 	@$(MAKE) --no-print-directory vllm-env || echo "note: the vLLM venv could not be built (make vllm-env); vLLM tests will skip"
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -125,7 +131,7 @@ test: setup sandbox-tools slurm-tools
 
 # The unit tier (CONTRIBUTING.md): one package at a time, in-process, under 2 minutes on 2 cores; run it before every
 # commit. `make test` runs it too, with the end-to-end tier (tests/e2e) and the lint.
-test-unit: setup
+test-unit: setup liger-tools
 	$(PY) -m pytest -q $(PYTEST_XDIST) tests/unit
 
 # One GPU: Instella-3B train-step tokens/s and MFU (sdpa/flash-attn, compile, activation checkpointing, largest

@@ -15,15 +15,16 @@ GRPO (`post_training/`, through TRL's trainers, which subclass `Trainer`).
 - `stop_requests` + `callbacks`: SIGTERM / SIGUSR1 caught from an entry point's first line, then turned into a
   checkpoint and exit 0 at the next step (`PreemptionCallback`).
 - `flops`: parameter counts, FLOPs per token and MFU (the throughput plugin and the sizing tool).
-- `liger`: Liger kernels for Instella (`use_liger_kernel: true`), registered in liger-kernel's own table on import.
+- `liger`: Liger kernels for Instella (`use_liger_kernel: true`), registered in liger-kernel's own table when it loads
+  (`liger_hook`).
 
 Why it is ours: transformers and TRL leave these to the user (their extension points, mixins and callbacks, are used
 here; no training loop is copied). It is its own package, below `training/` and `post_training/`, so both stages
 import the same code one way down and neither imports the other.
 """
 
-from .liger import register as _register_liger
+from .liger_hook import install as _install_liger_hook
 
 # Instella's Liger patch in liger-kernel's own table, so `use_liger_kernel: true` (transformers' apply_liger_kernel,
-# run by the Trainer) finds it; nothing happens where liger-kernel is not installed (trainer/liger.py).
-_register_liger()
+# run by the Trainer) finds it: added when liger's table loads, so this import stays light (trainer/liger_hook.py).
+_install_liger_hook()

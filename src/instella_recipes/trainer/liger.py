@@ -4,7 +4,8 @@ liger-kernel (0.8.5) patches the model types of its table `liger_kernel.transfor
 MODEL_TYPE_TO_APPLY_LIGER_FN`; transformers' `Trainer` (`integrations/liger.py: apply_liger_kernel`, which TRL's
 trainers inherit) looks the model's `config.model_type` up there through liger's `_apply_liger_kernel_to_instance`,
 and for "instella" it found nothing (transformers only logs that). `register()` adds `apply_liger_kernel_to_instella`
-to that table; `instella_recipes.trainer` calls it on import when liger-kernel is installed, so nothing else changes:
+to that table; importing `instella_recipes.trainer` arranges for it to run as soon as liger's table module loads
+(`liger_hook.py`: nothing heavy is imported before liger is), so nothing else changes:
 the Trainer applies it to the model it trains (pretraining, SFT, DPO, GRPO). Why it is ours: liger has no patch for
 this model type and the issue is not for a fork of liger; the patch below uses only liger's public modules and its
 forward for Llama-shaped causal LMs.
@@ -54,15 +55,17 @@ def liger_installed() -> bool:
     return importlib.util.find_spec("liger_kernel") is not None and importlib.util.find_spec("triton") is not None
 
 
-def register() -> bool:
-    """Add `apply_liger_kernel_to_instella` under "instella" to liger-kernel's table (idempotent; an entry that liger
-    itself ships one day is kept). False when liger-kernel cannot be imported here."""
-    if not liger_installed():
-        return False
-    try:
-        from liger_kernel.transformers import monkey_patch  # optional dependency, GPU machines only
-    except ImportError:  # liger or Triton installed but broken (a version mismatch): the check says so on use
-        return False
+def register(monkey_patch=None) -> bool:
+    """Add `apply_liger_kernel_to_instella` under "instella" to liger-kernel's table, the module
+    `liger_kernel.transformers.monkey_patch` (given by `liger_hook` as it loads, else imported here; idempotent; an
+    entry that liger itself ships one day is kept). False when liger-kernel cannot be imported here."""
+    if monkey_patch is None:
+        if not liger_installed():
+            return False
+        try:
+            from liger_kernel.transformers import monkey_patch  # optional dependency, GPU machines only
+        except ImportError:  # liger or Triton installed but broken (a version mismatch): the check says so on use
+            return False
     monkey_patch.MODEL_TYPE_TO_APPLY_LIGER_FN.setdefault(INSTELLA, apply_liger_kernel_to_instella)
     return True
 

@@ -1,10 +1,12 @@
-"""Liger for Instella (trainer/liger.py): registered in liger-kernel's own table when the library is imported, so
+"""Liger for Instella (trainer/liger.py): registered in liger-kernel's own table once the library is imported, so
 transformers' `apply_liger_kernel` (what the Trainer runs for `use_liger_kernel: true`) swaps every RMSNorm (q/k
 norms included) and MLP for Liger's modules and the forward for the fused linear cross-entropy; Llama's casting mode
 is Instella's RMSNorm; without a GPU `use_liger_kernel: true` is one line. liger's Triton kernels need a GPU: the
 loss/gradient comparison with plain runs there and skips elsewhere."""
 
 import inspect
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -32,6 +34,22 @@ def test_importing_the_library_registers_instella_in_liger_table():
     assert "MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]" in inspect.getsource(
         monkey_patch._apply_liger_kernel_to_instance
     )
+
+
+@needs_liger
+def test_the_registration_waits_for_liger_so_importing_the_library_stays_light():
+    """Every entry point imports `instella_recipes.trainer` first (stop requests, before `preflight`): that must not
+    pull in liger, Triton, torch or the model; Instella is in liger's table as soon as liger's table module loads."""
+    code = (
+        "import sys, instella_recipes.trainer\n"
+        "heavy = [m for m in ('torch', 'triton', 'liger_kernel', 'modeling_instella') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "from transformers.integrations.liger import apply_liger_kernel\n"
+        "from liger_kernel.transformers import monkey_patch\n"
+        "from instella_recipes.trainer.liger import apply_liger_kernel_to_instella\n"
+        "assert monkey_patch.MODEL_TYPE_TO_APPLY_LIGER_FN['instella'] is apply_liger_kernel_to_instella\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
 
 
 @needs_liger
