@@ -37,8 +37,8 @@ from instella_recipes.post_training.dpo import CheckedDPOConfig
 from instella_recipes.post_training.run import CheckedModelConfig
 from instella_recipes.post_training.sft import CheckedSFTConfig
 from instella_recipes.post_training.template import install_chat_template
+from instella_recipes.pretraining.pretrain import PretrainArguments
 from instella_recipes.trainer.settings import DATA, RUN, field_roles
-from instella_recipes.training.pretrain import PretrainArguments
 from instella_recipes.weights import check_model_folder, check_tokenizer_folder, load_pretrained
 from instella_recipes.weights.safetensors_io import check_model_finite, index_single_file
 
