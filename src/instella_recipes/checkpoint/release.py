@@ -34,8 +34,8 @@ from instella_recipes.core import (
 )
 from instella_recipes.evaluation.results import read_eval_results
 from instella_recipes.post_training.dpo import CheckedDPOConfig
-from instella_recipes.post_training.run import CheckedModelConfig
 from instella_recipes.post_training.sft import CheckedSFTConfig
+from instella_recipes.post_training.shared import CheckedModelConfig
 from instella_recipes.post_training.template import install_chat_template
 from instella_recipes.pretraining.pretrain import PretrainArguments
 from instella_recipes.trainer.settings import DATA, RUN, field_roles

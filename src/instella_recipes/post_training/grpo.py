@@ -50,7 +50,7 @@ from instella_recipes.trainer.features import fp32_reduce, optimizer, settings_m
 from instella_recipes.trainer.settings import DATA, LAUNCH, RUN
 from instella_recipes.trainer.stage import Stage, run_stage
 
-from .run import (
+from .shared import (
     CheckedModelConfig,
     PostTrainingData,
     PostTrainingInputs,

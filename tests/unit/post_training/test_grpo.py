@@ -23,7 +23,7 @@ from instella_recipes.post_training.grpo import (
     prepare_grpo_dataset,
     server_failure,
 )
-from instella_recipes.post_training.run import CheckedModelConfig
+from instella_recipes.post_training.shared import CheckedModelConfig
 from instella_recipes.post_training.template import install_chat_template
 from tests.helpers import grpo_rewards
 

@@ -9,8 +9,8 @@ import pytest
 from instella_recipes.core import RecipeError, parse_recipe
 from instella_recipes.post_training.dpo import CheckedDPOConfig
 from instella_recipes.post_training.grpo import CheckedGRPOConfig
-from instella_recipes.post_training.run import CheckedModelConfig, PostTrainingInputs
 from instella_recipes.post_training.sft import CheckedSFTConfig
+from instella_recipes.post_training.shared import CheckedModelConfig, PostTrainingInputs
 from instella_recipes.pretraining.pretrain import PretrainArguments
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from instella_recipes.core import read_manifest
 from instella_recipes.post_training import dpo, sft
-from instella_recipes.post_training import run as post_run
+from instella_recipes.post_training import shared as post_run
 from instella_recipes.pretraining import pretrain as pretrain_module
 from instella_recipes.pretraining.fault_injection import kill_at_step, signal_at_phase
 from instella_recipes.trainer.checkpoints import find_resume_checkpoint
