@@ -479,7 +479,7 @@ def finetune_rows(args, device, peak) -> list[dict]:
 
     from instella_recipes.core import parse_recipe
     from instella_recipes.post_training import sft
-    from instella_recipes.post_training.run import CheckedModelConfig
+    from instella_recipes.post_training.shared import CheckedModelConfig
     from instella_recipes.systems.sizing import Cluster, memory_per_gpu
 
     rows = []

@@ -34,7 +34,7 @@ from instella_recipes.core import parse_recipe
 from instella_recipes.data.tiny_world import TinyWorld
 from instella_recipes.data.tokenizer import train_bpe_tokenizer
 from instella_recipes.post_training import sft
-from instella_recipes.post_training.run import CheckedModelConfig
+from instella_recipes.post_training.shared import CheckedModelConfig
 from modeling_instella import InstellaConfig, InstellaForCausalLM
 
 TINY_SFT = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "sft.yaml")

@@ -32,7 +32,7 @@ def timer(model, plugin_args):
 def run(data_dir: Path, out: Path, steps: int, compile_: bool) -> list[float]:
     import importlib
 
-    from instella_recipes.training.pretrain import main
+    from instella_recipes.pretraining.pretrain import main
 
     times = importlib.import_module("benchmarks.bench_tiny_compile")._TIMES  # the plugin's copy, not __main__'s
     times.clear()

@@ -25,7 +25,7 @@ from transformers import TrainingArguments, default_data_collator
 import modeling_instella  # noqa: F401
 from instella_recipes.data.packing import TOKENS, PackedWindows
 from instella_recipes.data.token_files import OLMoOrderSampler, TokenFiles
-from instella_recipes.training.pretrain_trainer import PretrainTrainer
+from instella_recipes.pretraining.pretrain_trainer import PretrainTrainer
 from modeling_instella import InstellaConfig, InstellaForCausalLM
 
 SEQ = 4096

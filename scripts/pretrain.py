@@ -5,7 +5,7 @@
 
 The model comes from `model_name_or_path` (continue from a checkpoint with a fresh optimizer and schedule: stage 2)
 or from `model_config` (from scratch). Every input check runs before the first step; see docs/pretraining.md.
-The settings (`PretrainArguments`) and the run live in `instella_recipes/training/pretrain.py`.
+The settings (`PretrainArguments`) and the run live in `instella_recipes/pretraining/pretrain.py`.
 """
 
 try:
@@ -27,7 +27,7 @@ from instella_recipes.trainer.stop_requests import catch_stop_requests
 if __name__ == "__main__":
     catch_stop_requests()  # first: the imports below take seconds, and a SIGTERM during them must not be fatal
 
-from instella_recipes.training.pretrain import main
+from instella_recipes.pretraining.pretrain import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -18,7 +18,7 @@ def tiny_pretrain_reference(tiny_pretrain_data, tmp_path_factory):
     """An uninterrupted run of `pretrain_argv(tiny_pretrain_data, ..., max_steps=8, save_steps=100)` on one thread (as
     the `one_thread` tests that resume runs): what a pre-empted and resumed run of the same command must equal bit
     for bit (losses, weights). Read it, never write into it."""
-    from instella_recipes.training.pretrain import main
+    from instella_recipes.pretraining.pretrain import main
 
     out = tmp_path_factory.mktemp("tiny_pretrain_reference") / "run"
     threads = torch.get_num_threads()

@@ -220,7 +220,7 @@ def _complete_stage(folder, model, stage: str):
 def _issue24_world(root, model, data) -> dict:
     """Issue 24's inputs: complete outputs of several stages (which no case may change), prepared data damaged
     after its manifest was written, model folders that do not load, and recipes with duplicate keys or NaNs."""
-    from instella_recipes.training.pretrain import main as pretrain_main
+    from instella_recipes.pretraining.pretrain import main as pretrain_main
     from tests.helpers.pretrain_utils import TINY_MODEL, pretrain_argv
 
     stages = ("sft", "dpo", "synthetic_gsm8k")
@@ -291,7 +291,7 @@ def _issue32_world(root, model, docs) -> dict:
 
     from instella_recipes.core import write_manifest
     from instella_recipes.data.prepare import main as prepare_main
-    from instella_recipes.training.pretrain import main as pretrain_main
+    from instella_recipes.pretraining.pretrain import main as pretrain_main
 
     out = {"resume_tokens": root / "resume_tokens" / "part-0-00000.npy", "resumed_run": root / "resumed_run"}
     out["resume_tokens"].parent.mkdir()

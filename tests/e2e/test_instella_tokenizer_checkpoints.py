@@ -13,7 +13,7 @@ from tests.unit.data.test_instella_tokenizer import ROOT, TOKENIZER, _check_ids
 
 
 def test_pretraining_saves_the_authors_tokenizer_with_every_checkpoint(tmp_path):
-    from instella_recipes.training.pretrain import main
+    from instella_recipes.pretraining.pretrain import main
 
     rng = np.random.default_rng(0)
     files = tmp_path / "tokens"

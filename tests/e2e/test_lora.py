@@ -11,7 +11,7 @@ from trl import ModelConfig
 
 from instella_recipes.core import parse_recipe, read_manifest
 from instella_recipes.post_training import dpo, sft
-from instella_recipes.post_training.run import INSTELLA_PROJECTIONS
+from instella_recipes.post_training.shared import INSTELLA_PROJECTIONS
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "tiny"
 LORA = ["--use_peft", "true", "--lora_r", "8", "--lora_alpha", "16", "--lora_dropout", "0.0",

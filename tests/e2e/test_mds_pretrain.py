@@ -13,7 +13,7 @@ import pytest
 
 from instella_recipes.data import mds
 from instella_recipes.data.prepare import PrepareArguments, prepare
-from instella_recipes.training.pretrain import main
+from instella_recipes.pretraining.pretrain import main
 from tests.helpers.pretrain_utils import pretrain_argv
 from tests.helpers.token_file_utils import recorded_steps
 

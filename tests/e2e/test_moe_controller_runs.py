@@ -1,11 +1,11 @@
-"""The end-to-end half of tests/unit/training/test_moe.py: two tiny ZAYA1 training runs, the bias controller off and
+"""The end-to-end half of tests/unit/pretraining/test_moe.py: two tiny ZAYA1 training runs, the bias controller off and
 on: off, routing collapses onto few experts; on, the controller keeps the expert loads balanced; the loss falls in
 both."""
 
 import pytest
 import torch
 
-from tests.unit.training.test_moe import plugins, recipe_model, train
+from tests.unit.pretraining.test_moe import plugins, recipe_model, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

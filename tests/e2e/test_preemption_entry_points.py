@@ -6,7 +6,7 @@ during start-up (imports, tokenizer, dataset map, model load) with nothing writt
 and no manifest (the next run resumes from it and finishes), during the final save after that save (manifest).
 
 The process signals itself at the phase, through a wrapper around the phase's function or the fault-injection
-callbacks (instella_recipes/training/fault_injection.py), so the moment is exact; the import phase is hit from
+callbacks (instella_recipes/pretraining/fault_injection.py), so the moment is exact; the import phase is hit from
 outside, as soon as the entry point has its handler in place (seen in /proc/<pid>/status)."""
 
 import os

@@ -12,12 +12,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from instella_recipes.pretraining.pretrain import main
 from instella_recipes.trainer.checkpoints import find_resume_checkpoint
-from instella_recipes.training.pretrain import main
 from tests.helpers.pretrain_utils import pretrain_argv, resume_on_one_process
 
 ROOT = Path(__file__).resolve().parents[2]
-KILL = ["--plugins", "instella_recipes.training.fault_injection:kill_at_step"]
+KILL = ["--plugins", "instella_recipes.pretraining.fault_injection:kill_at_step"]
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -115,7 +115,7 @@ def test_sigterm_outside_the_training_loop_exits_zero_in_a_consistent_state(data
     """Issue 13.8: SIGTERM during start-up stops before anything is written; during the final save the save
     completes. Both exit 0 (not -15)."""
     run = tmp_path / phase
-    plugin = ["--plugins", "instella_recipes.training.fault_injection:signal_at_phase"]
+    plugin = ["--plugins", "instella_recipes.pretraining.fault_injection:signal_at_phase"]
     argv = pretrain_argv(data_dir, run, max_steps=2, save_steps=100) + plugin
     done = _run([sys.executable, "scripts/pretrain.py", *argv, "--plugin_args", json.dumps({"phase": phase})])
     assert done.returncode == 0, done.stderr[-2000:]
@@ -152,7 +152,7 @@ def test_sigkill_of_the_pipeline_runner_gives_the_stage_its_sigterm_checkpoint(
     reference = tiny_pretrain_reference  # the same command, uninterrupted
     args = dict(zip(*[iter(pretrain_argv(data_dir, "x", max_steps=8, save_steps=100))] * 2))
     recipe = {key[2:]: value for key, value in args.items() if key != "--output_dir"}
-    recipe["plugins"] = ["instella_recipes.training.fault_injection:kill_at_step"]
+    recipe["plugins"] = ["instella_recipes.pretraining.fault_injection:kill_at_step"]
     recipe["plugin_args"] = {
         "kill_step": 2, "kill_signal": "KILL", "kill_target": "parent", "once_file": str(tmp_path / "killed-once")
     }  # fmt: skip

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from instella_recipes.training.pretrain import main
+from instella_recipes.pretraining.pretrain import main
 from tests.helpers.pretrain_utils import prepare_tiny, pretrain_argv
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
-"""The end-to-end half of tests/unit/training/test_pretrain_tiny.py: tiny pretraining runs that learn (every parameter
-changes, the schedule is OLMo's) and that skip non-finite steps until a divergence stops the run."""
+"""The end-to-end half of tests/unit/pretraining/test_pretrain_tiny.py: tiny pretraining runs that learn (every
+parameter changes, the schedule is OLMo's) and that skip non-finite steps until a divergence stops the run."""
 
 import json
 
@@ -7,10 +7,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from instella_recipes.pretraining.pretrain import main
 from instella_recipes.trainer.features.optimizer import olmo_lr_factor
-from instella_recipes.training.pretrain import main
 from tests.helpers.pretrain_utils import pretrain_argv
-from tests.unit.training import test_pretrain_tiny as unit_half  # the fixture and helper both halves use
+from tests.unit.pretraining import test_pretrain_tiny as unit_half  # the fixture and helper both halves use
 
 data_dir, losses = unit_half.data_dir, unit_half.losses
 
@@ -40,7 +40,7 @@ def test_tiny_run_learns_changes_every_parameter_and_follows_the_schedule(data_d
 
 
 def test_nonfinite_steps_are_skipped_and_a_divergence_stops_the_run(data_dir, tmp_path, capsys):
-    plugin = ["--plugins", "instella_recipes.training.fault_injection:nan_loss"]
+    plugin = ["--plugins", "instella_recipes.pretraining.fault_injection:nan_loss"]
     out = tmp_path / "skip"
     argv = pretrain_argv(data_dir, out, max_steps=6, save_steps=100) + plugin
     assert main(argv + ["--plugin_args", '{"nan_steps": [3]}']) == 0

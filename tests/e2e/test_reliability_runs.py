@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from instella_recipes.core import read_manifest, write_manifest
-from instella_recipes.training.pretrain import main as pretrain_main
+from instella_recipes.pretraining.pretrain import main as pretrain_main
 from tests.helpers.argv import overriding
 from tests.helpers.pretrain_utils import pretrain_argv
 from tests.unit.core import test_reliability as unit_half  # fixtures and helpers both halves use

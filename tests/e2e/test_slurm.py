@@ -17,7 +17,7 @@ from instella_recipes.core import RecipeError
 from instella_recipes.pipeline.cli import main
 from instella_recipes.pipeline.graph import load_pipeline
 from instella_recipes.pipeline.slurm import resources
-from instella_recipes.training.pretrain import main as pretrain_main
+from instella_recipes.pretraining.pretrain import main as pretrain_main
 from tests.helpers.pretrain_utils import pretrain_argv, resume_on_one_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,7 +141,7 @@ def test_preempted_training_is_requeued_and_ends_bit_exact(tmp_path, data_dir, t
     reference = tiny_pretrain_reference  # the same command, uninterrupted
     args = _pretrain_args(data_dir, max_steps=8, save_steps=100)
     args.update(
-        plugins="instella_recipes.training.fault_injection:kill_at_step",
+        plugins="instella_recipes.pretraining.fault_injection:kill_at_step",
         plugin_args=json.dumps({"kill_step": 3, "kill_signal": "SLURM", "once_file": str(tmp_path / "once")}),
     )
     stage = {"name": "train", "command": "scripts/pretrain.py", "args": args, "slurm": {"preempt_signal_s": 60}}

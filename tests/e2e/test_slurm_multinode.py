@@ -22,7 +22,7 @@ import yaml
 from safetensors.torch import load_file
 
 from instella_recipes.pipeline.cli import main as pipeline_main
-from instella_recipes.training.pretrain import main as pretrain_main
+from instella_recipes.pretraining.pretrain import main as pretrain_main
 from tests.helpers.pretrain_utils import TINY_MODEL, prepare_tiny
 from tests.helpers.slurm_cluster import job_info
 
@@ -57,8 +57,8 @@ def as_argv(values: dict) -> list[str]:
 
 
 def fault(**plugin_args) -> dict:
-    """The fault-injection plugin's overrides (instella_recipes.training.fault_injection.kill_at_step)."""
-    plugin = "instella_recipes.training.fault_injection:kill_at_step"
+    """The fault-injection plugin's overrides (instella_recipes.pretraining.fault_injection.kill_at_step)."""
+    plugin = "instella_recipes.pretraining.fault_injection:kill_at_step"
     return {"plugins": plugin, "plugin_args": json.dumps(plugin_args, default=str)}
 
 

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 from transformers import TrainerState
 
 from instella_recipes.data.token_files import OLMoOrderSampler, TokenFiles
-from instella_recipes.training.pretrain_trainer import SamplerEpoch
+from instella_recipes.pretraining.pretrain_trainer import SamplerEpoch
 from tests.helpers.olmo_oracle import oracle_target, run_oracle
 from tests.helpers.token_file_utils import SEQ_LEN, recorded_steps, token_argv
 from tests.unit.data import test_token_files_order as unit_half  # fixtures and helpers both halves use
@@ -101,7 +101,7 @@ def test_pretrain_feeds_each_rank_the_authors_instances_and_resumes_on_other_wor
     import json
     import shutil
 
-    from instella_recipes.training.pretrain import main
+    from instella_recipes.pretraining.pretrain import main
 
     tokenizer = tmp_path / "tokenizer"
     tiny_tokenizer.save_pretrained(tokenizer)

@@ -34,10 +34,10 @@ import yaml
 from accelerate import Accelerator, PartialState
 from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
-from instella_recipes.training.fault_injection import kill_at_step
+from instella_recipes.pretraining.fault_injection import kill_at_step
 
 STAGES = {
-    "pretrain": "instella_recipes.training.pretrain",
+    "pretrain": "instella_recipes.pretraining.pretrain",
     "sft": "instella_recipes.post_training.sft",
     "dpo": "instella_recipes.post_training.dpo",
     "grpo": "instella_recipes.post_training.grpo",

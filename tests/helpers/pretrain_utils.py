@@ -51,7 +51,7 @@ def resume_on_one_process(data_dir, two_process_run, folder) -> None:
     with accumulation 2: the same global batch, so the same samples per step."""
     import shutil
 
-    from instella_recipes.training.pretrain import main
+    from instella_recipes.pretraining.pretrain import main
 
     folder.mkdir()
     shutil.copytree(two_process_run / "checkpoint-2", folder / "checkpoint-2")

@@ -35,11 +35,11 @@ from instella_recipes.core import (
 from instella_recipes.core.paths import REPO_ROOT
 from instella_recipes.evaluation.results import read_eval_results
 from instella_recipes.post_training.dpo import CheckedDPOConfig
-from instella_recipes.post_training.run import CheckedModelConfig
 from instella_recipes.post_training.sft import CheckedSFTConfig
+from instella_recipes.post_training.shared import CheckedModelConfig
 from instella_recipes.post_training.template import install_chat_template
+from instella_recipes.pretraining.pretrain import PretrainArguments
 from instella_recipes.trainer.settings import DATA, RUN, field_roles
-from instella_recipes.training.pretrain import PretrainArguments
 from instella_recipes.weights import check_model_folder, check_tokenizer_folder, load_pretrained, looks_like_hub_id
 from instella_recipes.weights.safetensors_io import check_model_finite, index_single_file
 

@@ -2,7 +2,7 @@
 
 One placeholder syntax for the whole project: the pipeline fills its stage arguments, outputs, env and recipe
 overrides with it (`instella_recipes.pipeline.graph`), and pretraining fills `output_dir: runs/stage2_{seed}` with it
-(`instella_recipes.training.pretrain`). A placeholder is `{` + a Python identifier + `}`; any other brace (a JSON
+(`instella_recipes.pretraining.pretrain`). A placeholder is `{` + a Python identifier + `}`; any other brace (a JSON
 value, `{}`) is left as it is. A placeholder with no value is a `RecipeError` naming where it is and the names there
 are, never a silent blank.
 

@@ -11,7 +11,7 @@ reference log-probabilities averaged over the scored tokens instead of summed, t
 TRL 1.16's `loss_type: sigmoid_norm`: it divides each summed log-ratio by its mask's token count before
 `-logsigmoid(beta * (chosen - rejected))`; the recipe accepts `dpo_norm` as a name for it. (TRL's logged `rewards/*`
 stay beta x the *summed* log-ratios.) `precompute_ref_log_probs: true` computes the reference log-probs once before
-training (no reference model in memory during training). What SFT shares is in `run.py`. DPO's training features
+training (no reference model in memory during training). What SFT shares is in `shared.py`. DPO's training features
 (`FEATURES`): Instella's optimizer and the fp32 gradient reduce, which every training stage carries; not sequence
 parallelism, MDS streaming, optimizer-state continuation or the loss reduction (the authors' DPO has none of them, and
 TRL's DPO loss is a mean over pairs, not a token sum to divide).
@@ -29,7 +29,7 @@ from instella_recipes.trainer.settings import RUN
 from instella_recipes.trainer.stage import run_stage
 
 from .preference import SCORED_COLUMNS, DataCollatorForScoredPreference
-from .run import CheckedModelConfig, PostTrainingSettings, PostTrainingStage
+from .shared import CheckedModelConfig, PostTrainingSettings, PostTrainingStage
 from .tokenization import check_truncation_mode, prepare_dpo_dataset
 
 # DPO's training features, in order; `CheckedDPOConfig`, `InstellaDPOTrainer` and `DPOStage` derive from this tuple.

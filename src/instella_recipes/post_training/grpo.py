@@ -52,7 +52,7 @@ from instella_recipes.trainer.settings import DATA, LAUNCH, RUN
 from instella_recipes.trainer.stage import Stage, run_stage
 
 from .grpo_signal import RewardSignal
-from .run import (
+from .shared import (
     CheckedModelConfig,
     PostTrainingData,
     PostTrainingInputs,

@@ -13,7 +13,7 @@ applied where the row has one, handed to SFTTrainer already tokenised (`skip_pre
 (`FEATURES`: MDS streaming, sequence parallelism, another run's AdamW state, the fp32 reduce, the OLMo schedule with
 all-parameter weight decay, the loss reduction) are `trainer/features/`'s. The output folder gets the model, the
 tokenizer with the chat template, trainer_state.json, data_report.json and manifest.json (last); what DPO shares is in
-`run.py`.
+`shared.py`.
 """
 
 from dataclasses import dataclass, field, fields
@@ -39,7 +39,7 @@ from instella_recipes.trainer.features.mds_streams import check_mds_lengths, mds
 from instella_recipes.trainer.settings import RUN
 from instella_recipes.trainer.stage import run_stage
 
-from .run import (
+from .shared import (
     CheckedModelConfig,
     PostTrainingData,
     PostTrainingSettings,

@@ -1,4 +1,4 @@
-"""Glue on top of transformers' `Trainer` that every training stage shares: pretraining (`training/`), SFT, DPO and
+"""Glue on top of transformers' `Trainer` that every training stage shares: pretraining (`pretraining/`), SFT, DPO and
 GRPO (`post_training/`, through TRL's trainers, which subclass `Trainer`).
 
 - `features/`: the training features, one module each (settings, checks, Trainer hooks), which every stage composes
@@ -19,7 +19,7 @@ GRPO (`post_training/`, through TRL's trainers, which subclass `Trainer`).
   (`liger_hook`).
 
 Why it is ours: transformers and TRL leave these to the user (their extension points, mixins and callbacks, are used
-here; no training loop is copied). It is its own package, below `training/` and `post_training/`, so both stages
+here; no training loop is copied). It is its own package, below `pretraining/` and `post_training/`, so both stages
 import the same code one way down and neither imports the other.
 """
 

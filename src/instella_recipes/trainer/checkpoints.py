@@ -2,7 +2,7 @@
 
 The Trainer writes `checkpoint-<step>` piece by piece (model, optimizer, scheduler, RNG, trainer_state). A kill in
 the middle would leave a folder that `get_last_checkpoint` takes for a good one. `PretrainTrainer`
-(`training/pretrain_trainer.py`) therefore saves into `<output_dir>/.staging/checkpoint-<step>` and renames it into
+(`pretraining/pretrain_trainer.py`) therefore saves into `<output_dir>/.staging/checkpoint-<step>` and renames it into
 place once every process has finished writing; `find_resume_checkpoint` only ever sees complete folders (and also
 requires `trainer_state.json`, which the Trainer writes last; SFT and DPO resume through it too).
 """

@@ -48,7 +48,7 @@ def check_model_folder(path: str | Path | None, what: str = "model folder", allo
 
 
 # What this project's training stages write into their output folder before its manifest (the manifest comes last):
-# pretraining's run pin (training/pretrain.py RUN_FILE), post-training's data report, checkpoints and the staging
+# pretraining's run pin (pretraining/pretrain.py RUN_FILE), post-training's data report, checkpoints and the staging
 # folder they are written in (trainer/checkpoints.py). A folder with one of them but no manifest is a stage that has
 # not finished; another tool's save_pretrained folder has none of them.
 RUN_FILES = ("run.json", "data_report.json", ".staging")

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[3]
 STAGE_MODULES = {
     "sft": "instella_recipes.post_training.sft",
     "dpo": "instella_recipes.post_training.dpo",
-    "pretrain": "instella_recipes.training.pretrain",
+    "pretrain": "instella_recipes.pretraining.pretrain",
 }
 
 

@@ -132,7 +132,7 @@ def test_an_8_gpu_accelerate_config_on_cpu_is_one_line_from_the_first_node_proce
 
     if torch.cuda.is_available():
         pytest.skip("the message is for a machine without a GPU")
-    from instella_recipes.training.pretrain import main
+    from instella_recipes.pretraining.pretrain import main
 
     env = {"WORLD_SIZE": "8", "LOCAL_RANK": local_rank, "ACCELERATE_MIXED_PRECISION": "bf16"}
     for key, value in env.items():

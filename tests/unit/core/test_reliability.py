@@ -13,15 +13,15 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from instella_recipes.core import RecipeError, atomic_output_dir, read_manifest, write_manifest
+from instella_recipes.pretraining.pretrain import main as pretrain_main
 from instella_recipes.trainer.checkpoints import find_resume_checkpoint
-from instella_recipes.training.pretrain import main as pretrain_main
 from instella_recipes.weights import check_model_folder
 from modeling_instella import InstellaForCausalLM
 from tests.conftest import tiny_config
 from tests.helpers.pretrain_utils import prepare_tiny, pretrain_argv
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-NAN_PLUGIN = ["--plugins", "instella_recipes.training.fault_injection:nan_loss"]
+NAN_PLUGIN = ["--plugins", "instella_recipes.pretraining.fault_injection:nan_loss"]
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from instella_recipes.core import parse_recipe
 from instella_recipes.data.prepare import PrepareArguments, prepare
 from instella_recipes.data.tokenizer import load_tokenizer
 from instella_recipes.pipeline.graph import load_pipeline, render_recipe
-from instella_recipes.training.pretrain import PretrainArguments
+from instella_recipes.pretraining.pretrain import PretrainArguments
 
 ROOT = Path(__file__).resolve().parents[3]
 INSTELLA = ROOT / "recipes" / "instella-3b"

@@ -14,7 +14,7 @@ import yaml
 
 from instella_recipes.core import parse_recipe
 from instella_recipes.data.token_files import read_path_list
-from instella_recipes.training.pretrain import PretrainArguments
+from instella_recipes.pretraining.pretrain import PretrainArguments
 
 ROOT = Path(__file__).resolve().parents[3]
 LISTS = ROOT / "recipes" / "instella-3b" / "token_files"

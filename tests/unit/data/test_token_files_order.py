@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 from transformers import TrainerState
 
 from instella_recipes.data.token_files import OLMoOrderSampler, TokenFiles, olmo_permutation
-from instella_recipes.training.pretrain_trainer import SamplerEpoch
+from instella_recipes.pretraining.pretrain_trainer import SamplerEpoch
 from tests.helpers.token_file_utils import SEQ_LEN, write_token_files
 
 SEED, GLOBAL = 6198, 8

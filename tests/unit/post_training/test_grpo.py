@@ -21,7 +21,7 @@ from instella_recipes.post_training.grpo import (
     server_failure,
 )
 from instella_recipes.post_training.grpo_signal import RewardSignal, has_signal
-from instella_recipes.post_training.run import CheckedModelConfig
+from instella_recipes.post_training.shared import CheckedModelConfig
 from instella_recipes.post_training.template import install_chat_template
 from instella_recipes.rewards import load_reward_funcs
 

@@ -11,8 +11,8 @@ from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 from instella_recipes.core import parse_recipe
 from instella_recipes.data.tokenizer import load_tokenizer
 from instella_recipes.post_training import converters
-from instella_recipes.post_training.run import CheckedModelConfig
 from instella_recipes.post_training.sft import CheckedSFTConfig
+from instella_recipes.post_training.shared import CheckedModelConfig
 from instella_recipes.post_training.template import install_chat_template
 from instella_recipes.post_training.tokenization import prepare_sft_dataset
 from instella_recipes.trainer.features.optimizer import olmo_lr_factor

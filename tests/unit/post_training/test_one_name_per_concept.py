@@ -9,9 +9,9 @@ import pytest
 from instella_recipes.core import RecipeError, parse_recipe
 from instella_recipes.post_training.dpo import CheckedDPOConfig
 from instella_recipes.post_training.grpo import CheckedGRPOConfig
-from instella_recipes.post_training.run import CheckedModelConfig, PostTrainingInputs
 from instella_recipes.post_training.sft import CheckedSFTConfig
-from instella_recipes.training.pretrain import PretrainArguments
+from instella_recipes.post_training.shared import CheckedModelConfig, PostTrainingInputs
+from instella_recipes.pretraining.pretrain import PretrainArguments
 
 
 def test_pretraining_and_sft_name_the_loss_divisor_alike():

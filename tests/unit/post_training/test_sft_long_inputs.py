@@ -11,7 +11,7 @@ import torch
 from instella_recipes.core import RecipeError, parse_recipe
 from instella_recipes.data import mds
 from instella_recipes.post_training import sft
-from instella_recipes.post_training.run import CheckedModelConfig
+from instella_recipes.post_training.shared import CheckedModelConfig
 from tests.unit.post_training import test_sft_train as unit_half
 from tests.unit.post_training.test_instella_math_sft2 import assert_gradient_is, one_sft_update
 

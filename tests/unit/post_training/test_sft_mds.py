@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from instella_recipes.core import parse_recipe
 from instella_recipes.data import mds
 from instella_recipes.post_training import sft
-from instella_recipes.post_training.run import CheckedModelConfig
+from instella_recipes.post_training.shared import CheckedModelConfig
 from tests.helpers.argv import overriding
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -30,7 +30,7 @@ LAYERS = {
     "sandbox": 2,
     "rewards": 2,
     "trainer": 3,
-    "training": 4,
+    "pretraining": 4,
     "post_training": 4,
     "systems": 5,
     "evaluation": 5,

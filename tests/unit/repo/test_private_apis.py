@@ -39,7 +39,7 @@ def _calls(function, name: str) -> bool:
 def test_trainer_checkpoint_and_grad_norm_hooks():
     from transformers import Trainer
 
-    users = "training/pretrain_trainer.py PretrainTrainer"
+    users = "pretraining/pretrain_trainer.py PretrainTrainer"
     _check(
         _params(Trainer._save_checkpoint) == ["self", "model", "trial"],
         "transformers",
@@ -75,7 +75,7 @@ def test_trainer_checkpoint_and_grad_norm_hooks():
 def test_trainer_sampler_columns_scheduler_and_loss_flags():
     from transformers import Trainer
 
-    users = "PretrainTrainer (training/pretrain_trainer.py), InstellaOptimMixin (trainer/features/optimizer.py)"
+    users = "PretrainTrainer (pretraining/pretrain_trainer.py), InstellaOptimMixin (trainer/features/optimizer.py)"
     _check(
         _params(Trainer._get_train_sampler) == ["self", "train_dataset"],
         "transformers",
@@ -351,7 +351,7 @@ def test_gloo_group_timeout_can_be_set_after_start():
     import torch.distributed as dist
     from torch.distributed.distributed_c10d import _set_pg_timeout
 
-    users = "training/pretrain_trainer.py apply_collective_timeout"
+    users = "pretraining/pretrain_trainer.py apply_collective_timeout"
     _check(
         _params(_set_pg_timeout) == ["timeout", "group"],
         "torch",
@@ -371,7 +371,7 @@ def test_gloo_group_timeout_can_be_set_after_start():
 
 
 def test_current_graph_task_id_tells_backward_from_forward():
-    users = "training/moe.py _in_backward (router counts under activation checkpointing)"
+    users = "pretraining/moe.py _in_backward (router counts under activation checkpointing)"
     _check(
         callable(getattr(torch._C, "_current_graph_task_id", None)),
         "torch",

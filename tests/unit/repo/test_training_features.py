@@ -26,7 +26,7 @@ from instella_recipes.trainer.settings import StageSettings
 from instella_recipes.trainer.stage import Stage
 
 LIBRARY = Path(instella_recipes.__file__).parent
-STAGE_PACKAGES = ("instella_recipes.training", "instella_recipes.post_training")
+STAGE_PACKAGES = ("instella_recipes.pretraining", "instella_recipes.post_training")
 
 
 def training_stages() -> list[type]:

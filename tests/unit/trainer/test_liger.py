@@ -179,8 +179,8 @@ def test_class_level_patch_builds_liger_modules_for_later_models(monkeypatch):
 def test_a_recipe_with_use_liger_kernel_on_a_cpu_machine_is_refused_at_parse_time(monkeypatch):
     """Through the stage's own parser (what scripts/sft.py runs first): the recipe file named, before any work."""
     from instella_recipes.core import parse_recipe
-    from instella_recipes.post_training.run import CheckedModelConfig
     from instella_recipes.post_training.sft import CheckedSFTConfig
+    from instella_recipes.post_training.shared import CheckedModelConfig
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     argv = ["--config", "recipes/tiny/sft.yaml", "--use_liger_kernel", "true"]

@@ -3,7 +3,7 @@ during start-up (imports, tokenizer, dataset map, model load) with nothing writt
 and no manifest (the next run resumes from it and finishes), during the final save after that save (manifest).
 
 The process signals itself at the phase, through a wrapper around the phase's function or the fault-injection
-callbacks (instella_recipes/training/fault_injection.py), so the moment is exact; the import phase is hit from
+callbacks (instella_recipes/pretraining/fault_injection.py), so the moment is exact; the import phase is hit from
 outside, as soon as the entry point has its handler in place (seen in /proc/<pid>/status)."""
 
 import os
@@ -14,10 +14,10 @@ import pytest
 
 from instella_recipes.core import read_manifest
 from instella_recipes.post_training import dpo, sft
-from instella_recipes.post_training import run as post_run
+from instella_recipes.post_training import shared as post_run
+from instella_recipes.pretraining import pretrain as pretrain_module
+from instella_recipes.pretraining.fault_injection import kill_at_step, signal_at_phase
 from instella_recipes.trainer.checkpoints import find_resume_checkpoint
-from instella_recipes.training import pretrain as pretrain_module
-from instella_recipes.training.fault_injection import kill_at_step, signal_at_phase
 from tests.helpers.pretrain_utils import prepare_tiny, pretrain_argv
 
 ROOT = Path(__file__).resolve().parents[3]

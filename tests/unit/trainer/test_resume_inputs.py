@@ -10,7 +10,7 @@ import pytest
 
 from instella_recipes.core import RecipeError, parse_recipe
 from instella_recipes.post_training import dpo, grpo, sft
-from instella_recipes.post_training.run import CheckedModelConfig
+from instella_recipes.post_training.shared import CheckedModelConfig
 from instella_recipes.trainer.stage import check_run_dir, claim_run_dir
 
 ROOT = Path(__file__).resolve().parents[3]

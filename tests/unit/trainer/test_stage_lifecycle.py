@@ -13,11 +13,11 @@ import yaml
 from instella_recipes.checkpoint.release import ReleaseArguments, card_data, resolved_hyperparameters
 from instella_recipes.core import RecipeError, parse_recipe, read_manifest
 from instella_recipes.post_training import dpo, sft
-from instella_recipes.post_training.run import CheckedModelConfig
+from instella_recipes.post_training.shared import CheckedModelConfig
+from instella_recipes.pretraining.pretrain import PretrainArguments
 from instella_recipes.trainer.checkpoints import resolve_resume
 from instella_recipes.trainer.settings import RUN, field_roles, library_roles, split_report_to
 from instella_recipes.trainer.stage import Stage, common_manifest_fields
-from instella_recipes.training.pretrain import PretrainArguments
 
 ROOT = Path(__file__).resolve().parents[3]
 SETTINGS = [PretrainArguments, sft.CheckedSFTConfig, dpo.CheckedDPOConfig, CheckedModelConfig]

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from instella_recipes.training.pretrain import main
+from instella_recipes.pretraining.pretrain import main
 from tests.helpers.pretrain_utils import TINY_MODEL, prepare_tiny, pretrain_argv
 
 pytestmark = pytest.mark.usefixtures("one_thread")

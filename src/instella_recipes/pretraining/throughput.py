@@ -1,5 +1,5 @@
 """Training throughput and MFU in the Trainer logs (a pretrain plugin:
-`instella_recipes.training.throughput:mfu_logging`).
+`instella_recipes.pretraining.throughput:mfu_logging`).
 
 Every log adds `perf/tokens_per_second` (all ranks, input tokens of training forwards since the previous log over
 the wall time between the two logs), `perf/tokens_per_second_per_device` and `perf/mfu` = tokens/s x FLOPs per token

@@ -10,8 +10,8 @@ from datasets import Dataset
 from transformers import AutoConfig, AutoModelForCausalLM, Trainer, TrainingArguments
 
 from instella_recipes.core import RecipeError
+from instella_recipes.pretraining import moe, throughput
 from instella_recipes.trainer.flops import count_params, flops_per_token
-from instella_recipes.training import moe, throughput
 
 RECIPES = Path(__file__).resolve().parents[3] / "recipes" / "zaya1"
 

@@ -14,7 +14,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 import modeling_instella  # noqa: F401  (registers "instella" with the Auto classes)
 from instella_recipes.core import RecipeError
-from instella_recipes.training.initialization import init_mitchell
+from instella_recipes.pretraining.initialization import init_mitchell
 from instella_recipes.weights import check_model_folder, load_pretrained, looks_like_hub_id
 from instella_recipes.weights.safetensors_io import check_model_finite
 

@@ -1,7 +1,7 @@
 """Fault-injection plugins (the `plugins:` hook of scripts/pretrain.py) used to prove fault tolerance.
 
-    plugins: [instella_recipes.training.fault_injection:nan_loss]        plugin_args: {nan_steps: [3, 5, 6, 7]}
-    plugins: [instella_recipes.training.fault_injection:kill_at_step]    plugin_args: {kill_step: 5, kill_signal: KILL}
+    plugins: [instella_recipes.pretraining.fault_injection:nan_loss]     plugin_args: {nan_steps: [3, 5, 6, 7]}
+    plugins: [instella_recipes.pretraining.fault_injection:kill_at_step] plugin_args: {kill_step: 5, kill_signal: KILL}
 
 `nan_loss` turns the loss of the listed optimizer steps (1-based) into NaN through a forward hook (the contract's
 way to touch the loss); `kill_at_step` sends a signal to its own process (rank `rank`, default 0) at the end of a step

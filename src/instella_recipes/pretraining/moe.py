@@ -1,7 +1,7 @@
 """Mixture-of-experts training plugins for `scripts/pretrain.py`: what transformers' ZAYA and OLMoE classes lack.
 
 Each public plugin follows the pretrain contract `fn(model, plugin_args) -> list[TrainerCallback]` and is named in a
-recipe as `plugins: ["instella_recipes.training.moe:<name>"]`, configured through `plugin_args`:
+recipe as `plugins: ["instella_recipes.pretraining.moe:<name>"]`, configured through `plugin_args`:
 
 - `expert_load_logging`: fraction of routed tokens per expert, per layer, added to the Trainer logs (and so to
   `trainer_state.json`'s `log_history`) every `logging_steps`: `moe/load_cv` (coefficient of variation of the

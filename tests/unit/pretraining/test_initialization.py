@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from instella_recipes.training.initialization import init_mitchell
+from instella_recipes.pretraining.initialization import init_mitchell
 from modeling_instella import InstellaForCausalLM
 from tests.conftest import tiny_config
 

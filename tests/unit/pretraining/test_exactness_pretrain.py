@@ -24,13 +24,13 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from transformers import TrainerCallback
 
 from instella_recipes.core import parse_recipe
-from instella_recipes.training.pretrain import PretrainArguments, main
+from instella_recipes.pretraining.pretrain import PretrainArguments, main
 from tests.helpers.pretrain_utils import prepare_tiny, pretrain_argv
 
 RECIPES = Path(__file__).resolve().parents[3] / "recipes"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-PLUGIN_MODULE = "tests.unit.training.test_exactness_pretrain"
+PLUGIN_MODULE = "tests.unit.pretraining.test_exactness_pretrain"
 PLUGIN = ["--plugins", f"{PLUGIN_MODULE}:record_updates"]
 UPDATES: list[dict] = []
 

@@ -9,8 +9,8 @@ from transformers import AutoModelForCausalLM
 
 from instella_recipes.core import parse_recipe
 from instella_recipes.data.prepare import PrepareArguments
-from instella_recipes.training.model_factory import build_model
-from instella_recipes.training.pretrain import PretrainArguments
+from instella_recipes.pretraining.model_factory import build_model
+from instella_recipes.pretraining.pretrain import PretrainArguments
 
 ROOT = Path(__file__).resolve().parents[3]
 PRETRAIN = sorted(

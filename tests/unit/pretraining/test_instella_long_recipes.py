@@ -11,7 +11,7 @@ from instella_recipes.core import parse_recipe
 from instella_recipes.data import mds
 from instella_recipes.pipeline.graph import load_pipeline
 from instella_recipes.post_training import dpo
-from instella_recipes.training.pretrain import PretrainArguments
+from instella_recipes.pretraining.pretrain import PretrainArguments
 
 ROOT = Path(__file__).resolve().parents[3]
 LONG = ROOT / "recipes" / "instella-3b-long"

@@ -42,6 +42,8 @@ from instella_recipes.data.token_files import (
     token_files_from_args,
 )
 from instella_recipes.data.tokenizer import load_tokenizer
+from instella_recipes.pretraining.model_factory import build_model
+from instella_recipes.pretraining.pretrain_trainer import FEATURES, NonFiniteCallback, PretrainTrainer
 from instella_recipes.trainer.checks import (
     check_global_batch,
     check_tokenizer_fits,
@@ -54,8 +56,6 @@ from instella_recipes.trainer.features.loss_reduction import loss_reduction_fiel
 from instella_recipes.trainer.features.mds_streams import mds_rows_for
 from instella_recipes.trainer.settings import DATA, LAUNCH, RUN, StageSettings
 from instella_recipes.trainer.stage import Stage, run_stage
-from instella_recipes.training.model_factory import build_model
-from instella_recipes.training.pretrain_trainer import FEATURES, NonFiniteCallback, PretrainTrainer
 
 logger = get_logger(__name__)
 STAGE = "pretrain"

@@ -9,8 +9,8 @@ import pytest
 
 from instella_recipes.checkpoint.convert import main as convert
 from instella_recipes.core import parse_recipe
+from instella_recipes.pretraining.pretrain import PretrainArguments, _model_config, main
 from instella_recipes.trainer.features.sequence_parallel import check_sequence_parallel
-from instella_recipes.training.pretrain import PretrainArguments, _model_config, main
 from modeling_instella import InstellaConfig, InstellaForCausalLM
 from tests.helpers.pretrain_utils import TINY_MODEL, prepare_tiny, pretrain_argv
 
