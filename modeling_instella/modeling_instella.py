@@ -354,6 +354,10 @@ class InstellaModel(InstellaPreTrainedModel, LlamaModel):
                 mask_function=same_document, attention_mask=attention_mask, allow_is_causal_skip=False, dtype=dtype,
                 config=self.config, use_vmap=False, device=documents.device,
             )  # fmt: skip
+        if implementation == "vllm":
+            # vLLM's transformers backend runs the model on its flattened batch (position_ids restarting per request,
+            # no 2D mask) with its own attention, which keeps the requests apart through vLLM's own metadata
+            return attention_mask
         flash = implementation.startswith("flash") or "flash" in implementation.split("/")[-1]
         if flash and (varlen or batch == 1):
             return attention_mask

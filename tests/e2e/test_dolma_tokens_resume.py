@@ -20,8 +20,9 @@ def test_a_killed_run_resumes_at_the_next_group_and_writes_the_same_bytes(tmp_pa
         return original(group, *args, **kwargs)
 
     monkeypatch.setattr(dolma_tokens, "write_group", dies_on_group_2)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(SystemExit) as stopped:  # Ctrl-C: one line, exit 130 (core/errors.py)
         prepare_olmo(tmp_path / "docs", tmp_path / "resumed", *settings)
+    assert stopped.value.code == 130
     partial = tmp_path / "resumed" / "sub.partial"
     assert not (tmp_path / "resumed" / "sub").exists() and not (partial / "manifest.json").exists()
     first = {p.name: p.stat().st_mtime_ns for p in partial.glob("part-0-*")}

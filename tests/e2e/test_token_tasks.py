@@ -14,6 +14,7 @@ from instella_recipes.core import RecipeError
 from instella_recipes.data import dolma_tokens
 from instella_recipes.data.prepare import main as prepare_main
 from instella_recipes.data.token_tasks import PLAN, TokenGroupsStep, assigned, tasks_root
+from tests.helpers.argv import overriding
 from tests.unit.data.test_dolma_tokens import TOKENIZER, write_documents
 
 SETTINGS = ["--processes", "3", "--max_size", "6000", "--batch_size", "3"]
@@ -25,7 +26,9 @@ def two_source_argv(tmp_path: Path, out: Path, *extra: str, tokenizer: Path = TO
         {"name": "a", "path": str(tmp_path / "docs"), "data_files": ["*"], "destination": "web/a"},
         {"name": "b", "path": str(tmp_path / "more"), "data_files": ["*"], "destination": "b", "processes": 2},
     ]
-    argv = ["--layout", "olmo", "--output_dir", str(out), "--tokenizer", str(tokenizer), *SETTINGS, *extra]
+    argv = overriding(
+        ["--layout", "olmo", "--output_dir", str(out), "--tokenizer", str(tokenizer), *SETTINGS], list(extra)
+    )
     return argv + [item for s in sources for item in ("--sources", json.dumps(s))]
 
 
@@ -111,8 +114,9 @@ def test_a_killed_task_reruns_alone_and_the_finished_ones_are_skipped(corpus, on
     out = corpus / "killed"
     argv = two_source_argv(corpus, out, "--executor", "local", "--tasks", "2")
     _kill_group(monkeypatch, 0)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(SystemExit) as stopped:  # Ctrl-C: one line, exit 130 (core/errors.py)
         prepare_main(argv)
+    assert stopped.value.code == 130
     monkeypatch.undo()
     assert not (out / "manifest.json").exists() and not (out / "token_files.txt").exists()
     assert not (out / "web" / "a").exists() and not (out / "b").exists()  # only partial folders
@@ -138,8 +142,9 @@ def test_a_node_without_an_input_file_or_with_another_tokenizer_stops_with_one_l
     out = tmp_path / "out"
     argv = two_source_argv(tmp_path, out, "--executor", "local", "--tasks", "2", tokenizer=tok)
     _kill_group(monkeypatch, 0)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(SystemExit) as stopped:  # Ctrl-C: one line, exit 130 (core/errors.py)
         prepare_main(argv)
+    assert stopped.value.code == 130
     monkeypatch.undo()
     plan_file = next(tasks_root(out).glob(f"*/{PLAN}"))
     step = TokenGroupsStep(str(plan_file))

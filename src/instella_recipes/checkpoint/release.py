@@ -209,8 +209,10 @@ def hub_id(value) -> str | None:
 def given_model(manifest: dict | None) -> str | None:
     """The model a run was trained from, as it was given (a Hub id or a path)."""
     manifest = manifest or {}
-    given = (manifest.get("inputs") or {}).get("model") or (manifest.get("hyperparameters") or {}).get(
-        "model_name_or_path"
+    inputs = manifest.get("inputs")  # a training stage's {"model": ...}; a merge lists its input folders
+    hyperparameters = manifest.get("hyperparameters")
+    given = (inputs.get("model") if isinstance(inputs, dict) else None) or (
+        hyperparameters.get("model_name_or_path") if isinstance(hyperparameters, dict) else None
     )
     return given if isinstance(given, str) and given else None
 

@@ -3,11 +3,12 @@ with chat template, generation config, model card with the eval table) that relo
 process that never imports this project."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
 
-from instella_recipes.checkpoint.release import main
+from instella_recipes.checkpoint.release import base_model, main
 from instella_recipes.core import write_manifest
 from modeling_instella import InstellaForCausalLM
 
@@ -70,3 +71,15 @@ def test_card_shows_the_hyperparameters_the_run_resolved_not_the_recipe_file(sta
     assert hyper == {"learning_rate": 0.01, "num_train_epochs": 2, "max_length": 80, "seed": 42}
     assert "recipe + overrides" in card and "learning_rate: 0.0001" not in card
     assert yaml.safe_load(card.split("## LoRA")[1].split("```yaml")[1].split("```")[0]) == lora
+
+
+def test_the_cards_base_model_reads_past_a_merge_whose_inputs_are_a_list():
+    """A merge's manifest lists its input folders (`inputs` is a list, not a training stage's {"model": ...}): the
+    chain is followed past it to the Hub id the runs started from (the tiny pipeline's release failed there)."""
+    chain = [
+        (Path("runs/x/dpo"), {"inputs": {"model": "runs/x/sft"}}),
+        (Path("runs/x/merge"), {"inputs": ["runs/x/seed1", "runs/x/seed2"], "hyperparameters": ["not", "a", "dict"]}),
+        (Path("runs/x/seed1"), {"hyperparameters": {"model_name_or_path": "amd/Instella-3B"}}),
+    ]
+    assert base_model(chain) == "amd/Instella-3B"
+    assert base_model(chain[:2]) is None

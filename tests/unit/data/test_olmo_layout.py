@@ -14,6 +14,7 @@ from instella_recipes.data.dolma_tokens import open_text
 from instella_recipes.data.prepare import main as prepare_main
 from instella_recipes.data.sampling import DocumentSample
 from instella_recipes.data.token_files import read_path_list
+from tests.helpers.argv import overriding
 from tests.unit.data.test_dolma_tokens import TOKENIZER, token_files, write_documents
 
 SETTINGS = ["--processes", "3", "--max_size", "6000", "--batch_size", "3"]
@@ -41,8 +42,8 @@ def _write_like(path: Path, lines: list[str]) -> None:
 
 def _prepare(docs: Path, out: Path, *extra: str, **source) -> Path:
     spec = {"name": "t", "path": str(docs), "data_files": ["*"], "destination": "sub", **source}
-    argv = ["--layout", "olmo", "--output_dir", str(out), "--sources", json.dumps(spec), "--tokenizer",
-            str(TOKENIZER), *SETTINGS, *extra]  # fmt: skip
+    argv = overriding(["--layout", "olmo", "--output_dir", str(out), "--sources", json.dumps(spec), "--tokenizer",
+                       str(TOKENIZER), *SETTINGS], list(extra))  # fmt: skip
     prepare_main(argv)
     return out / "sub"
 
